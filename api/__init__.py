@@ -1,0 +1,1 @@
+"""The FastAPI service: studies, trials, Pareto figures, checkpoints and the dashboard pages."""

@@ -1,0 +1,115 @@
+"""Response bodies of the REST API, built from the tuner's read models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from tuner.db import TurnRecord
+from tuner.results import StudyView, TrialView
+
+
+class CheckpointOut(BaseModel):
+    url: str
+    size_bytes: int
+    sha256: str
+    val_loss: float
+    turn: int
+
+
+class TrialOut(BaseModel):
+    trial_id: int
+    study: str
+    family: str
+    number: int
+    state: str
+    value: float | None
+    perplexity: float | None
+    params: dict[str, Any]
+    hidden_size: int | None
+    parameter_count: int | None
+    seed: int | None
+    fail_reason: str | None
+    turns_reported: int
+    last_value: float | None
+    checkpoint: CheckpointOut | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, trial: TrialView) -> TrialOut:
+        checkpoint = trial.checkpoint
+        return cls(
+            **{name: getattr(trial, name) for name in cls.model_fields if name not in ("checkpoint", "perplexity")},
+            perplexity=trial.perplexity,
+            checkpoint=None if checkpoint is None else CheckpointOut(
+                url=f"/trials/{trial.trial_id}/checkpoint", size_bytes=checkpoint.size_bytes,
+                sha256=checkpoint.sha256, val_loss=checkpoint.val_loss, turn=checkpoint.turn),
+        )
+
+
+class TurnOut(BaseModel):
+    turn: int
+    step: int
+    train_loss: float
+    val_loss: float
+    best_val_loss: float
+    tokens_per_second: float
+    wall_seconds: float
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> TurnOut:
+        return cls(**{name: getattr(record, name) for name in cls.model_fields})
+
+
+class TrialDetailOut(TrialOut):
+    learning_curve: list[TurnOut]
+
+
+class StudyOut(BaseModel):
+    name: str
+    status: str
+    description: str
+    families: list[str]
+    parameter_budget: int
+    trials_per_family: int
+    trials_expected: int
+    trials_finished: int
+    counts: dict[str, int]
+    best: TrialOut | None
+    best_perplexity: float | None
+    best_family: str | None
+    best_possible_perplexity: float | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+    @classmethod
+    def of(cls, study: StudyView) -> StudyOut:
+        best = study.best
+        return cls(
+            **{name: getattr(study, name) for name in cls.model_fields
+               if name not in ("best", "best_perplexity", "best_family")},
+            best=None if best is None else TrialOut.of(best),
+            best_perplexity=None if best is None else best.perplexity,
+            best_family=None if best is None else best.family,
+        )
+
+
+class StudyDetailOut(StudyOut):
+    spec: dict[str, Any]
+
+
+class SubmittedOut(BaseModel):
+    name: str
+    status: str
+    url: str
+
+
+class SpecIssueOut(BaseModel):
+    field: str
+    message: str
+    line: int | None

@@ -1,0 +1,14 @@
+"""Recurrent language models (LSTM, Mogrifier LSTM) and their parameter budgets."""
+
+from models.budget import count_parameters, solve_hidden_size
+from models.config import FAMILIES, ModelConfig
+from models.language_model import LanguageModel, detach_state
+
+__all__ = [
+    "FAMILIES",
+    "LanguageModel",
+    "ModelConfig",
+    "count_parameters",
+    "detach_state",
+    "solve_hidden_size",
+]

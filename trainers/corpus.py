@@ -1,0 +1,60 @@
+"""Token streams and their vocabulary: what every dataset becomes before training."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+EOS = "<eos>"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """An ordered set of tokens; a token's id is its position."""
+
+    tokens: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(set(self.tokens)) != len(self.tokens):
+            raise ValueError("vocabulary: tokens must be unique")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def from_streams(cls, streams: Iterable[Sequence[str]]) -> Vocabulary:
+        seen: dict[str, None] = {}
+        for stream in streams:
+            seen.update(dict.fromkeys(stream))
+        return cls(tuple(seen))
+
+    def encode(self, tokens: Sequence[str]) -> Tensor:
+        index = {token: i for i, token in enumerate(self.tokens)}
+        missing = sorted({t for t in tokens if t not in index})
+        if missing:
+            raise ValueError(f"tokens not in the vocabulary: {missing[:10]}")
+        return torch.tensor([index[t] for t in tokens], dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Train/valid/test token-id streams over one vocabulary.
+
+    `best_cross_entropy` is the lowest achievable cross-entropy (nats/token) where the data's
+    generating process is known, else None.
+    """
+
+    vocabulary: Vocabulary
+    train: Tensor
+    valid: Tensor
+    test: Tensor
+    description: str
+    best_cross_entropy: float | None = None
+
+    def __post_init__(self) -> None:
+        for split in ("train", "valid", "test"):
+            if getattr(self, split).numel() < 2:
+                raise ValueError(f"corpus {self.description!r}: split {split!r} has fewer than 2 tokens")

@@ -1,0 +1,1 @@
+"""Study specs, the tuning controller (Optuna + Ray Tune), persistence, the queue and the CLI."""

@@ -1,0 +1,147 @@
+"""The project's own tables, beside Optuna's in the same database, and how to connect.
+
+Optuna owns trials, their parameters, states and values; these tables add what Optuna does not
+keep: the submitted spec and study lifecycle, per-turn learning curves, checkpoints and failure
+reasons. Table names start with `lmt_` so they never collide with Optuna's.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import optuna
+from sqlalchemy import JSON, DateTime, Engine, Float, Integer, String, Text, UniqueConstraint, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+STUDY_STATUSES = ("queued", "running", "complete", "failed")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class StudyRecord(Base):
+    __tablename__ = "lmt_studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    document: Mapped[str] = mapped_column(Text)
+    submitted_via: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
+    best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class TrialRecord(Base):
+    """What a trial is beyond Optuna's record; keyed by Optuna's global trial id."""
+
+    __tablename__ = "lmt_trials"
+
+    trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    study_name: Mapped[str] = mapped_column(String(64), index=True)
+    family: Mapped[str] = mapped_column(String(32))
+    number: Mapped[int] = mapped_column(Integer)
+    hidden_size: Mapped[int | None] = mapped_column(Integer)  # None: no model fits the budget
+    parameter_count: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer)
+    fail_reason: Mapped[str | None] = mapped_column(Text)
+    interrupted: Mapped[bool] = mapped_column(default=False)  # failed because its controller stopped
+
+
+class TurnRecord(Base):
+    __tablename__ = "lmt_turns"
+    __table_args__ = (UniqueConstraint("trial_id", "turn"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(Integer, index=True)
+    turn: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    train_loss: Mapped[float] = mapped_column(Float)
+    val_loss: Mapped[float] = mapped_column(Float)
+    best_val_loss: Mapped[float] = mapped_column(Float)
+    tokens_per_second: Mapped[float] = mapped_column(Float)
+    wall_seconds: Mapped[float] = mapped_column(Float)
+
+
+class CheckpointRecord(Base):
+    """The best checkpoint of a trial; `path` is relative to the artifact store."""
+
+    __tablename__ = "lmt_checkpoints"
+
+    trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    path: Mapped[str] = mapped_column(String(512))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    val_loss: Mapped[float] = mapped_column(Float)
+    turn: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain `postgresql://` URLs by choosing the psycopg 3 driver the project installs."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if _is_sqlite(url):
+        return {"connect_args": {"timeout": 60}}
+    return {"pool_pre_ping": True}
+
+
+@lru_cache(maxsize=8)
+def engine_for(url: str) -> Engine:
+    url = normalize_url(url)
+    engine = create_engine(url, **_engine_kwargs(url))
+    if _is_sqlite(url):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers (API) never block the writer (controller)
+    cursor.execute("PRAGMA busy_timeout=60000")
+    cursor.close()
+
+
+def sessions(url: str) -> sessionmaker[Session]:
+    return sessionmaker(engine_for(url), expire_on_commit=False)
+
+
+@lru_cache(maxsize=8)
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the same database; creating it also creates Optuna's tables."""
+    url = normalize_url(url)
+    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+
+
+def ensure_schema(url: str) -> None:
+    """Create Optuna's and the project's tables if missing. Run once before workers start."""
+    url = normalize_url(url)
+    if _is_sqlite(url):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine_for(url).connect().close()  # WAL mode set before Optuna opens the file
+    optuna_storage(url)
+    Base.metadata.create_all(engine_for(url))

@@ -1,0 +1,70 @@
+"""The queue of submitted studies, and the worker loop that runs them one at a time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from tuner.controller import StudyConflict, controller_alive, run_claimed_study, this_controller
+from tuner.db import StudyRecord, ensure_schema, sessions, utcnow
+from tuner.settings import Settings
+from tuner.spec import StudySpec
+
+log = logging.getLogger(__name__)
+
+
+def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = "api") -> None:
+    """Queue a study for a worker; a taken name is a StudyConflict."""
+    try:
+        with sessions(url).begin() as session:
+            session.add(StudyRecord(name=spec.name, status="queued", spec=spec.model_dump(mode="json"),
+                                    document=document, submitted_via=submitted_via))
+    except IntegrityError as error:
+        raise StudyConflict(f"name: a study named {spec.name!r} already exists; choose another name") from error
+
+
+def claim_next_study(url: str) -> StudySpec | None:
+    """Take the oldest queued study — or one whose controller on this machine died — for this process."""
+    with sessions(url)() as session:
+        candidates = session.scalars(
+            select(StudyRecord).where(StudyRecord.status.in_(("queued", "running"))).order_by(StudyRecord.created_at)
+        ).all()
+    for record in candidates:
+        if record.status == "running" and (record.controller is None or controller_alive(record.controller)):
+            continue
+        with sessions(url).begin() as session:
+            claimed = session.execute(
+                update(StudyRecord)
+                .where(StudyRecord.id == record.id, StudyRecord.status == record.status,
+                       StudyRecord.controller.is_not_distinct_from(record.controller))
+                .values(status="running", controller=this_controller(), started_at=record.started_at or utcnow())
+            ).rowcount
+        if claimed == 1:
+            return StudySpec.model_validate(record.spec)
+    return None
+
+
+def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
+               stop: threading.Event | None = None) -> int:
+    """Run queued studies until stopped (or, with `once`, until the queue is empty); returns how many ran."""
+    ensure_schema(settings.storage_url)
+    stop = stop or threading.Event()
+    ran = 0
+    while not stop.is_set():
+        spec = claim_next_study(settings.storage_url)
+        if spec is None:
+            if once:
+                break
+            stop.wait(poll_seconds)
+            continue
+        log.info("running study %s", spec.name)
+        try:
+            status = run_claimed_study(spec, settings)
+            log.info("study %s finished: %s", spec.name, status)
+        except Exception:  # recorded on the study by the controller; the worker keeps serving the queue
+            log.exception("study %s failed", spec.name)
+        ran += 1
+    return ran

@@ -1,0 +1,62 @@
+"""Ray Tune's OptunaSearch, made to record trials honestly and to tell each trial who it is.
+
+Ray's OptunaSearch marks every trial that returned a metric COMPLETE — also one that a scheduler
+stopped early or that crashed after reporting. Here only a trial that ran all its turns is
+COMPLETE; one stopped early is PRUNED (its last value kept as the user attribute `last_value`);
+one that raised is FAIL and never feeds the sampler a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+OBJECTIVE = "best_val_loss"
+"""The metric every trial reports and the study minimises: best validation cross-entropy so far."""
+
+NewTrialHook = Callable[[int, int, dict[str, Any]], None]
+"""Called as (optuna_trial_id, number, params) when a trial is proposed."""
+
+
+class StudySearcher(OptunaSearch):
+    def __init__(
+        self,
+        *,
+        family: str,
+        space: dict[str, optuna.distributions.BaseDistribution],
+        sampler: optuna.samplers.BaseSampler,
+        study_name: str,
+        storage: optuna.storages.BaseStorage,
+        on_new_trial: NewTrialHook,
+    ) -> None:
+        super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler,
+                         study_name=study_name, storage=storage)
+        self._family = family
+        self._on_new_trial = on_new_trial
+        self._optuna_study_id = storage.get_study_id_from_name(study_name)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        params = super().suggest(trial_id)
+        number = self._ot_trials[trial_id].number
+        optuna_trial_id = self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, number)
+        self._on_new_trial(optuna_trial_id, number, params)
+        return {"params": params, "family": self._family, "number": number, "optuna_trial_id": optuna_trial_id}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self._completed_trials:
+            return
+        ot_trial = self._ot_trials[trial_id]
+        value = result.get(OBJECTIVE) if result else None
+        if error:
+            self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+        elif result and result.get("finished") and value is not None:
+            self._ot_study.tell(ot_trial, value, state=TrialState.COMPLETE)
+        else:
+            if value is not None:
+                ot_trial.set_user_attr("last_value", value)
+            self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
+        self._completed_trials.add(trial_id)

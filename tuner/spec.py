@@ -1,0 +1,263 @@
+"""The study specification: the one document (YAML or JSON) that describes a study.
+
+`parse_spec` validates a document into a `StudySpec`; every problem becomes a `SpecIssue` that
+names the field, what was given and what is allowed, and — when the document came as text — its
+line, so the CLI and the REST API report the same errors in the same words.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainers import MarkovCorpusConfig, Schedule
+from tuner.hyperparameters import HYPERPARAMETERS
+
+Family = Literal["lstm", "mogrifier"]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SearchRange(_Strict):
+    """The range of one searched hyperparameter: `low`/`high` (optionally `log`), or `choices`."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = Field(False, description="sample uniformly in log space (needs low > 0)")
+    choices: list[bool | int | float] | None = None
+    families: list[Family] | None = Field(None, description="search it only for these families")
+
+
+class Tuning(_Strict):
+    sampler: Literal["gp", "tpe", "random"] = Field("gp", description="Optuna sampler proposing trials")
+    trials: int = Field(..., ge=1, description="trials per model family")
+    startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
+    concurrency: int = Field(1, ge=1, description="trials running at once")
+    seed: int = Field(0, description="seeds the sampler; trial k trains with seed + k")
+
+
+class Resources(_Strict):
+    cpus_per_trial: float = Field(1.0, gt=0)
+    gpus_per_trial: float = Field(0.0, ge=0)
+
+
+class StudySpec(_Strict):
+    name: str = Field(..., pattern=NAME_PATTERN, description="unique study name")
+    description: str = ""
+    dataset: MarkovCorpusConfig
+    families: list[Family] = Field(..., min_length=1, description="model families compared at one budget")
+    parameter_budget: int = Field(..., ge=1, description="trainable parameters of every model")
+    training: Schedule = Schedule()
+    fixed: dict[str, bool | int | float] = Field(default_factory=dict, description="hyperparameters held fixed")
+    search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
+    tuning: Tuning
+    resources: Resources = Resources()
+
+    @field_validator("families")
+    @classmethod
+    def _unique_families(cls, families: list[str]) -> list[str]:
+        duplicates = sorted({f for f in families if families.count(f) > 1})
+        if duplicates:
+            raise ValueError(f"families listed twice: {', '.join(duplicates)}")
+        return families
+
+    def searched_for(self, family: str) -> dict[str, SearchRange]:
+        """The search space of one family's study."""
+        return {
+            name: space for name, space in self.search_space.items()
+            if family in HYPERPARAMETERS[name].families and (space.families is None or family in space.families)
+        }
+
+    def fixed_for(self, family: str) -> dict[str, bool | int | float]:
+        return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    field: str
+    message: str
+    line: int | None = None
+
+    def render(self, source: str | None) -> str:
+        where = f"{source}:{self.line}: " if source and self.line else (f"{source}: " if source else "")
+        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+
+
+class SpecError(ValueError):
+    """A study specification that cannot be accepted; `issues` lists every problem found."""
+
+    def __init__(self, issues: list[SpecIssue], source: str | None = None) -> None:
+        self.issues = issues
+        self.source = source
+        super().__init__("invalid study spec:\n" + "\n".join("  " + i.render(source) for i in issues))
+
+
+def load_spec(path: Path | str) -> StudySpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError([SpecIssue("", f"cannot read the spec file: {error.strerror}")], str(path)) from error
+    return parse_spec(text, source=str(path))
+
+
+def parse_spec(document: str | dict[str, Any], source: str | None = None) -> StudySpec:
+    """Validate a YAML/JSON text (or an already parsed mapping) into a StudySpec."""
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(document, str):
+        try:
+            data = yaml.safe_load(document)
+            lines = _line_index(yaml.compose(document))
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else None
+            raise SpecError([SpecIssue("", f"not valid YAML/JSON: {error}", line)], source) from error
+    else:
+        data = document
+    if not isinstance(data, dict):
+        raise SpecError([SpecIssue("", "the document must be a mapping of fields (name, dataset, families, ...)")],
+                        source)
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError([_issue_from_pydantic(e, lines) for e in error.errors()], source) from error
+    issues = [SpecIssue(".".join(path), message, _line_of(path, lines)) for path, message in _semantic_issues(spec)]
+    if issues:
+        raise SpecError(issues, source)
+    return spec
+
+
+def spec_to_yaml(spec: StudySpec) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=False), sort_keys=False)
+
+
+def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
+    allowed_names = ", ".join(HYPERPARAMETERS)
+    issues: list[tuple[tuple[str, ...], str]] = []
+    for name, value in spec.fixed.items():
+        hyper = HYPERPARAMETERS.get(name)
+        if hyper is None:
+            issues.append((("fixed", name), f"unknown hyperparameter; allowed: {allowed_names}"))
+        elif not hyper.accepts(value):
+            issues.append((("fixed", name), f"got {value!r}; allowed: {hyper.allowed()}"))
+        elif name in spec.search_space:
+            issues.append((("fixed", name), "is also in search_space; a hyperparameter is either fixed or searched"))
+        else:
+            issues += _family_issues(("fixed", name), hyper.families, spec.families)
+    for name, space in spec.search_space.items():
+        hyper = HYPERPARAMETERS.get(name)
+        if hyper is None:
+            issues.append((("search_space", name), f"unknown hyperparameter; allowed: {allowed_names}"))
+            continue
+        families = tuple(f for f in hyper.families if space.families is None or f in space.families)
+        issues += _family_issues(("search_space", name), families, spec.families)
+        issues += [(("search_space", name, *path), message) for path, message in _range_issues(hyper, space)]
+    for family in spec.families:
+        if not spec.searched_for(family):
+            issues.append((("search_space",), f"nothing is searched for family {family!r}; add a hyperparameter "
+                                              f"that applies to it"))
+        needs = [h.name for h in HYPERPARAMETERS.values() if h.families == (family,)]
+        for name in needs:
+            if name not in spec.fixed and name not in spec.search_space:
+                issues.append((("fixed",), f"family {family!r} needs {name!r} in fixed or search_space"))
+    return issues
+
+
+def _family_issues(path: tuple[str, ...], applies_to: tuple[str, ...], families: list[str]) -> list:
+    if any(f in applies_to for f in families):
+        return []
+    return [(path, f"applies to families {', '.join(applies_to) or '(none)'}, "
+                   f"none of which is in families ({', '.join(families)})")]
+
+
+def _range_issues(hyper, space: SearchRange) -> list[tuple[tuple[str, ...], str]]:
+    if space.choices is not None:
+        if space.low is not None or space.high is not None:
+            return [((), "give either choices or low/high, not both")]
+        if not space.choices:
+            return [(("choices",), "needs at least one value")]
+        bad = [c for c in space.choices if not hyper.accepts(c)]
+        return [(("choices",), f"got {bad!r}; allowed: {hyper.allowed()}")] if bad else []
+    if hyper.kind == "bool":
+        return [((), "a true/false hyperparameter is searched with choices: [true, false]")]
+    if space.low is None or space.high is None:
+        return [((), "needs low and high (or choices)")]
+    issues = []
+    for bound in ("low", "high"):
+        value = getattr(space, bound)
+        if hyper.kind == "int" and not float(value).is_integer():
+            issues.append(((bound,), f"got {value!r}; allowed: an integer"))
+        elif not hyper.accepts(int(value) if hyper.kind == "int" else value):
+            issues.append(((bound,), f"got {value!r}; allowed: {hyper.allowed()}"))
+    if space.low >= space.high:
+        issues.append((("high",), f"got {space.high!r}; must be greater than low ({space.low!r})"))
+    if space.log and space.low <= 0:
+        issues.append((("low",), f"got {space.low!r}; a log-scaled range needs low > 0"))
+    if not (math.isfinite(space.low) and math.isfinite(space.high)):
+        issues.append(((), "low and high must be finite"))
+    return issues
+
+
+def _issue_from_pydantic(error: dict[str, Any], lines: dict[tuple[str, ...], int]) -> SpecIssue:
+    path = tuple(str(part) for part in error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(path[:-1])
+        message = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    elif "input" in error and error["type"] not in ("model_type", "dict_type"):
+        message = f"{message} (got {error['input']!r})"
+    return SpecIssue(".".join(path), message, _line_of(path, lines))
+
+
+def _allowed_keys(path: tuple[str, ...]) -> list[str]:
+    """Field names of the model found at `path` inside StudySpec; mapping keys are stepped over."""
+    model: Any = StudySpec
+    parts = iter(path)
+    for part in parts:
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        if typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+            if next(parts, None) is None:
+                return []
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _line_index(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Map each key path of a YAML document to the 1-based line where it appears."""
+    index: dict[tuple[str, ...], int] = {}
+    if node is None:
+        return index
+    index[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = (*path, str(key.value))
+            index.update(_line_index(value, child))
+            index[child] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for position, item in enumerate(node.value):
+            index.update(_line_index(item, (*path, str(position))))
+    return index
+
+
+def _line_of(path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> int | None:
+    for end in range(len(path), 0, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return None
