@@ -2,7 +2,7 @@
 
 from models.budget import count_parameters, solve_hidden_size
 from models.config import FAMILIES, ModelConfig
-from models.language_model import LanguageModel, detach_state
+from models.language_model import LanguageModel, detach_state, monte_carlo_dropout
 
 __all__ = [
     "FAMILIES",
@@ -10,5 +10,6 @@ __all__ = [
     "ModelConfig",
     "count_parameters",
     "detach_state",
+    "monte_carlo_dropout",
     "solve_hidden_size",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +23,7 @@ class LanguageModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        self.dropout_multiplier = 1.0  # Monte-Carlo evaluation scales every rate (see monte_carlo_dropout)
         embed, hidden = config.embedding_size, config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, embed)
         truncated_normal_(self.embedding.weight, math.sqrt(1.0 / embed))
@@ -57,7 +60,7 @@ class LanguageModel(nn.Module):
         next_state = []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
             layer_input = x if index == 0 else self._dropout(x, config.inter_layer_dropout)
-            x, new_layer_state = layer(layer_input, layer_state, config.state_dropout)
+            x, new_layer_state = layer(layer_input, layer_state, config.state_dropout * self.dropout_multiplier)
             next_state.append(new_layer_state)
             summed = x if summed is None else summed + x
         output = self._dropout(summed, config.output_dropout)
@@ -67,7 +70,27 @@ class LanguageModel(nn.Module):
         return nn.functional.linear(output, softmax_weight, self.output_bias), next_state
 
     def _dropout(self, x: Tensor, rate: float) -> Tensor:
+        rate *= self.dropout_multiplier
         return nn.functional.dropout(x, rate, training=self.training) if rate > 0 else x
+
+
+@contextmanager
+def monte_carlo_dropout(model: LanguageModel, multiplier: float) -> Iterator[LanguageModel]:
+    """Dropout on at every rate times `multiplier` (gradients still off if the caller disables them).
+
+    Inside the block each forward pass draws fresh masks; averaging the predicted probabilities of
+    many passes is Monte-Carlo dropout evaluation. The previous mode is restored on exit.
+    """
+    if not 0.0 <= multiplier:
+        raise ValueError(f"multiplier: got {multiplier!r}; allowed: a number >= 0")
+    was_training, previous = model.training, model.dropout_multiplier
+    model.train()
+    model.dropout_multiplier = multiplier
+    try:
+        yield model
+    finally:
+        model.dropout_multiplier = previous
+        model.train(was_training)
 
 
 def detach_state(state: list[State]) -> list[State]:
