@@ -7,6 +7,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import json  # noqa: E402
 import logging  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -48,7 +49,8 @@ def launch(
     """Run a study: every family tuned at the same parameter budget, trials run by Ray Tune.
 
     Launching a spec whose study exists (same name, identical spec) continues it.
-    Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused.
+    Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
+    130 interrupted (Ctrl-C).
     """
     from tuner.controller import StudyConflict, launch_study
     from tuner.progress import ProgressPrinter
@@ -73,6 +75,10 @@ def launch(
     except StudyConflict as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from error
+    except KeyboardInterrupt:
+        errors.print(f"[yellow]interrupted: running trials were marked failed (interrupted); run the same "
+                     f"command again to continue study {spec.name!r}[/yellow]")
+        raise typer.Exit(130) from None
     _print_study(settings, spec.name)
     raise typer.Exit(0 if final == "complete" else 1)
 
@@ -138,8 +144,7 @@ def serve(
         uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
     finally:
         if runner is not None:
-            runner.terminate()
-            runner.wait(timeout=30)
+            _stop(runner)
 
 
 @app.command()
@@ -156,10 +161,11 @@ def worker(
     _quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = Settings.from_options(storage, artifacts, address)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as gracefully on TERM as on Ctrl-C
     try:
         run_worker(settings, poll_seconds=poll_seconds, once=once)
     except KeyboardInterrupt:
-        pass
+        logging.getLogger(__name__).info("worker stopped")
 
 
 def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> bool:
@@ -202,6 +208,16 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
         if trial.fail_reason:
             console.print(f"[red]{trial.family}#{trial.number} failed: {trial.fail_reason}[/red]")
     return True
+
+
+def _stop(process: subprocess.Popen, grace_seconds: float = 60) -> None:
+    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _quiet_libraries() -> None:

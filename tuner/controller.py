@@ -32,6 +32,9 @@ from tuner.trial import run_trial
 
 # Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+# Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
+# marked interrupted and the study can be continued; Tune's own handler would swallow it and stay installed.
+os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 INTERRUPTED_REASON = "its controller stopped before the trial finished"

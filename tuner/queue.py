@@ -64,7 +64,19 @@ def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = Fa
         try:
             status = run_claimed_study(spec, settings)
             log.info("study %s finished: %s", spec.name, status)
+        except KeyboardInterrupt:
+            requeue_study(settings.storage_url, spec.name)
+            log.info("study %s put back in the queue; a worker will continue it", spec.name)
+            raise
         except Exception:  # recorded on the study by the controller; the worker keeps serving the queue
             log.exception("study %s failed", spec.name)
         ran += 1
     return ran
+
+
+def requeue_study(url: str, name: str) -> None:
+    """Return a study interrupted by a stopping worker to the queue, so the next worker continues it."""
+    with sessions(url).begin() as session:
+        session.execute(update(StudyRecord).where(StudyRecord.name == name)
+                        .values(status="queued", controller=None, finished_at=None,
+                                error="interrupted when its worker stopped; queued to continue"))

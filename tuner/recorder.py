@@ -6,6 +6,7 @@ turn), the best checkpoint of each trial and the reason a trial failed.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
@@ -41,12 +42,14 @@ class StudyRecorder(Callback):
         with sessions(self._url).begin() as session:
             record = session.get(TrialRecord, trial.config["optuna_trial_id"])
             if record is not None:
-                record.fail_reason = failure_reason(trial)
+                record.fail_reason = failure_reason(trial) or record.fail_reason or "failed without an error message"
 
 
-def failure_reason(trial: Any) -> str:
+def failure_reason(trial: Any) -> str | None:
     """The last line of the trial's traceback, e.g. 'TrainingDiverged: training diverged at ...'."""
-    error = trial.get_error() if hasattr(trial, "get_error") else None
-    text = str(error or "the trial failed without an error message").strip()
+    # Ray writes the error to the trial's local staging folder at once; get_error() reads the
+    # synced copy, which may not exist yet when this callback runs.
+    path = Path(trial.error_file) if trial.error_file else None
+    text = path.read_text() if path is not None and path.is_file() else ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else text
+    return lines[-1] if lines else None

@@ -1,0 +1,25 @@
+# Set-up and the two entry points shown in the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# On a machine without an NVIDIA GPU, take torch's CPU build: PyPI's default Linux wheel bundles CUDA (GBs).
+TORCH_INDEX := $(if $(shell command -v nvidia-smi 2>/dev/null),,--extra-index-url https://download.pytorch.org/whl/cpu)
+
+.PHONY: demo test setup
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: setup
+	$(BIN)/tuner launch --space spaces/quickstart.yaml
+	@echo "Browse it: $(BIN)/tuner serve   (then open http://127.0.0.1:8000/dashboard)"
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest

@@ -1,0 +1,84 @@
+"""Shared fixtures: a real local Ray, a fresh PostgreSQL database per test, tiny study specs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+POSTGRES_SERVER = os.environ.get("LMT_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+TINY_SPEC = {
+    "name": "tiny",
+    "dataset": {"generator": "markov", "vocab_size": 20, "train_tokens": 6000, "valid_tokens": 1200,
+                "test_tokens": 1200},
+    "families": ["lstm", "mogrifier"],
+    "parameter_budget": 8000,
+    "training": {"turns": 3, "steps_per_turn": 4, "batch_size": 8, "bptt": 10, "eval_batch_size": 4},
+    "fixed": {"num_layers": 1, "mogrifier_rank": 2},
+    "search_space": {
+        "learning_rate": {"low": 0.001, "high": 0.01, "log": True},
+        "mogrifier_rounds": {"low": 1, "high": 4},
+    },
+    "tuning": {"sampler": "gp", "trials": 1, "concurrency": 2},
+}
+
+
+@pytest.fixture
+def tiny_spec() -> Callable[..., str]:
+    """A YAML study small enough to run in seconds; keyword arguments replace top-level fields."""
+
+    def build(**fields: object) -> str:
+        return yaml.safe_dump({**TINY_SPEC, **fields}, sort_keys=False)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'tuner.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A new, empty database on the PostgreSQL server, dropped afterwards."""
+    server = make_url(POSTGRES_SERVER)
+    name = f"lmt_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        from tuner import db
+
+        db.engine_for.cache_clear()
+        db.optuna_storage.cache_clear()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage_url(request) -> str:
+    """Each test using it runs twice: on a SQLite file and on a fresh PostgreSQL database."""
+    return request.getfixturevalue(f"{request.param}_url")

@@ -1,0 +1,144 @@
+"""The `tuner` command as a user runs it: real processes, exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import TINY_SPEC
+
+pytestmark = pytest.mark.slow
+
+ONE_FAMILY = {**TINY_SPEC, "families": ["lstm"], "fixed": {"num_layers": 1},
+              "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}}
+
+
+def environment(folder) -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "200", "LM_TUNER_HOME": str(folder / "home")}
+
+
+def tuner(*args: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, env=environment(cwd), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_explains_every_command(tmp_path):
+    result = tuner("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for command in ("launch", "status", "list", "serve", "worker"):
+        assert command in result.stdout
+    launch_help = tuner("launch", "--help", cwd=tmp_path).stdout
+    assert "--space" in launch_help and "--storage" in launch_help and "continues" in launch_help
+
+
+def test_invalid_spec_exits_2_with_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**ONE_FAMILY, "parameter_budget": -5}, sort_keys=False))
+    result = tuner("launch", "--space", str(path), cwd=tmp_path)
+    assert result.returncode == 2
+    line = path.read_text().splitlines().index("parameter_budget: -5") + 1
+    assert f"{path}:{line}: parameter_budget: Input should be greater than or equal to 1" in result.stderr
+
+
+def test_launch_then_status_and_list(tmp_path):
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({**ONE_FAMILY, "name": "cli-study"}, sort_keys=False))
+    launched = tuner("launch", "--space", str(path), cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    assert "complete  cli-study/lstm#0" in launched.stdout
+    assert "1/1 done" in launched.stdout
+    assert (tmp_path / "home" / "tuner.db").is_file()  # the documented default storage
+
+    status = tuner("status", "cli-study", "--json", cwd=tmp_path)
+    payload = json.loads(status.stdout)
+    assert payload["status"] == "complete" and payload["counts"]["COMPLETE"] == 1
+    assert payload["trials"][0]["family"] == "lstm"
+    table = tuner("status", "cli-study", cwd=tmp_path).stdout
+    assert "cli-study (complete)" in table and "best possible perplexity" in table
+
+    listed = json.loads(tuner("list", "--json", cwd=tmp_path).stdout)
+    assert [study["name"] for study in listed] == ["cli-study"]
+
+    missing = tuner("status", "nope", cwd=tmp_path)
+    assert missing.returncode == 1 and "no study named 'nope'" in missing.stderr
+
+
+def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    path = tmp_path / "slow.yaml"
+    slow = {**ONE_FAMILY, "name": "slow", "training": {**TINY_SPEC["training"], "steps_per_turn": 400},
+            "tuning": {"sampler": "random", "trials": 2, "concurrency": 1}}
+    path.write_text(yaml.safe_dump(slow, sort_keys=False))
+    launch = subprocess.Popen([sys.executable, "-m", "tuner", "launch", "--space", str(path)], cwd=tmp_path,
+                              env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    database = tmp_path / "home" / "tuner.db"
+    url = f"sqlite:///{database}"
+
+    def running() -> bool:  # read-only, so the poll never creates the database the launch is creating
+        try:
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+                return connection.execute("SELECT count(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0] > 0
+        except sqlite3.OperationalError:  # no database or no tables yet
+            return False
+
+    _wait_for(running, 120, "no trial started")
+    launch.send_signal(signal.SIGINT)
+    assert launch.wait(timeout=120) == 130
+    assert "run the same command again to continue" in launch.stderr.read()
+    states = [t.state for t in optuna.load_study(study_name="slow/lstm", storage=url).get_trials()]
+    assert TrialState.RUNNING not in states and TrialState.FAIL in states
+
+    resumed = tuner("launch", "--space", str(path), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    states = [t.state for t in optuna.load_study(study_name="slow/lstm", storage=url).get_trials()]
+    assert states.count(TrialState.COMPLETE) == 2 and TrialState.RUNNING not in states
+
+
+def test_serve_with_its_worker_runs_a_submitted_study(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "serve.log"
+    server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--port", str(port)], cwd=tmp_path,
+                              env=environment(tmp_path), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            _wait_for(lambda: _answers(client), 60, "the server did not start")
+            document = yaml.safe_dump({**ONE_FAMILY, "name": "over-rest"}, sort_keys=False)
+            assert client.post("/studies", content=document).status_code == 202
+            _wait_for(lambda: client.get("/studies/over-rest").json()["status"] in ("complete", "failed"), 240,
+                      "the worker did not finish the submitted study")
+            study = client.get("/studies/over-rest").json()
+            assert study["status"] == "complete" and study["counts"]["COMPLETE"] == 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=90) == 0
+    output = log.read_text()
+    assert "dashboard: http://127.0.0.1" in output
+    assert "study over-rest finished: complete" in output and "worker stopped" in output
+
+
+def _answers(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _wait_for(condition, seconds: float, message: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.5)

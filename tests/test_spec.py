@@ -1,0 +1,113 @@
+"""The study spec: what is accepted, and errors that name the line, the field and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.spec import SpecError, load_spec, parse_spec
+
+SPACES = Path(__file__).parent.parent / "spaces"
+
+
+def issues_of(document, source="spec.yaml"):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(document, source=source)
+    return {issue.field: issue for issue in caught.value.issues}, str(caught.value)
+
+
+def test_quickstart_compares_lstm_and_mogrifier_with_at_least_six_trials():
+    spec = load_spec(SPACES / "quickstart.yaml")
+    assert spec.families == ["lstm", "mogrifier"]
+    assert spec.tuning.trials * len(spec.families) >= 6
+    assert spec.tuning.sampler == "gp"
+    assert set(spec.searched_for("lstm")) == {"learning_rate", "input_dropout", "output_dropout"}
+    assert set(spec.searched_for("mogrifier")) >= {"mogrifier_rounds", "mogrifier_rank"}
+
+
+def test_unknown_field_names_its_line_and_the_allowed_fields(tiny_spec):
+    document = tiny_spec().replace("  generator: markov\n", "  generator: markov\n  colour: blue\n")
+    issues, message = issues_of(document)
+    issue = issues["dataset.colour"]
+    assert issue.line == document.splitlines().index("  colour: blue") + 1
+    assert "unknown field" in issue.message and "vocab_size" in issue.message and "train_tokens" in issue.message
+    assert f"spec.yaml:{issue.line}: dataset.colour" in message
+
+
+def test_bad_choice_lists_the_allowed_values(tiny_spec):
+    document = tiny_spec(tuning={"sampler": "cmaes", "trials": 2})
+    issues, _ = issues_of(document)
+    assert "'gp', 'tpe' or 'random'" in issues["tuning.sampler"].message
+    assert "cmaes" in issues["tuning.sampler"].message
+
+
+def test_unknown_family_is_refused(tiny_spec):
+    issues, _ = issues_of(tiny_spec(families=["lstm", "gru"]))
+    assert "'lstm' or 'mogrifier'" in issues["families.1"].message
+
+
+def test_out_of_range_fixed_value_names_the_allowed_range(tiny_spec):
+    issues, _ = issues_of(tiny_spec(fixed={"num_layers": 1, "mogrifier_rank": 2, "input_dropout": 1.5}))
+    assert issues["fixed.input_dropout"].message == "got 1.5; allowed: a number in [0, 1)"
+
+
+def test_unknown_hyperparameter_lists_the_known_ones(tiny_spec):
+    issues, _ = issues_of(tiny_spec(fixed={"num_layers": 1, "mogrifier_rank": 2, "momentum": 0.9}))
+    message = issues["fixed.momentum"].message
+    assert "unknown hyperparameter" in message and "learning_rate" in message and "state_dropout" in message
+
+
+def test_range_errors(tiny_spec):
+    space = {"learning_rate": {"low": 0.01, "high": 0.001, "log": True},
+             "mogrifier_rounds": {"low": 1, "high": 9},
+             "output_dropout": {"low": 0.0, "high": 0.5, "log": True}}
+    issues, _ = issues_of(tiny_spec(search_space=space))
+    assert "must be greater than low" in issues["search_space.learning_rate.high"].message
+    assert issues["search_space.mogrifier_rounds.high"].message == "got 9.0; allowed: an integer in [0, 6]"
+    assert "log-scaled range needs low > 0" in issues["search_space.output_dropout.low"].message
+
+
+def test_fixed_and_searched_at_once_is_refused(tiny_spec):
+    issues, _ = issues_of(tiny_spec(fixed={"num_layers": 1, "mogrifier_rank": 2, "learning_rate": 0.01}))
+    assert "either fixed or searched" in issues["fixed.learning_rate"].message
+
+
+def test_family_specific_hyperparameters_need_that_family(tiny_spec):
+    issues, _ = issues_of(tiny_spec(families=["lstm"], fixed={"num_layers": 1, "mogrifier_rank": 2}))
+    assert "applies to families mogrifier" in issues["fixed.mogrifier_rank"].message
+    assert "applies to families mogrifier" in issues["search_space.mogrifier_rounds"].message
+
+
+def test_mogrifier_family_needs_its_rounds_and_rank(tiny_spec):
+    issues, _ = issues_of(tiny_spec(fixed={"num_layers": 1}))
+    assert "family 'mogrifier' needs 'mogrifier_rank'" in issues["fixed"].message
+
+
+def test_missing_required_fields_are_each_reported():
+    issues, _ = issues_of("name: lonely\n")
+    assert {"dataset", "families", "parameter_budget", "search_space", "tuning"} <= set(issues)
+    assert all(issue.message == "required field is missing" for issue in issues.values())
+
+
+def test_invalid_yaml_reports_its_line():
+    issues, message = issues_of("name: x\nfamilies: [lstm\n")
+    assert "not valid YAML/JSON" in message
+    assert issues[""].line is not None
+
+
+def test_json_document_is_accepted_like_yaml(tiny_spec):
+    data = yaml.safe_load(tiny_spec())
+    assert parse_spec(json.dumps(data)) == parse_spec(tiny_spec()) == parse_spec(data)
+
+
+def test_bad_name_is_refused(tiny_spec):
+    issues, _ = issues_of(tiny_spec(name="../escape"))
+    assert "name" in issues
+
+
+def test_missing_file_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError, match="cannot read the spec file"):
+        load_spec(tmp_path / "absent.yaml")

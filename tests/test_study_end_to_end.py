@@ -1,0 +1,130 @@
+"""Studies run for real: Ray Tune trials proposed by Optuna's GPSampler, on SQLite and PostgreSQL.
+
+Each test asserts what the database holds afterwards, since the database is the source of truth.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy import select
+
+from models import count_parameters
+from trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
+from tuner.controller import INTERRUPTED_REASON, StudyConflict, launch_study
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
+from tuner.settings import Settings
+from tuner.spec import parse_spec
+
+pytestmark = pytest.mark.slow
+
+
+def run(document: str, url: str, tmp_path) -> tuple[str, Settings]:
+    settings = Settings(url, tmp_path / "artifacts")
+    return launch_study(parse_spec(document), document, settings), settings
+
+
+def test_two_trial_study_lands_in_the_database(ray_cluster, storage_url, tiny_spec, tmp_path):
+    document = tiny_spec()
+    spec = parse_spec(document)
+    status, settings = run(document, storage_url, tmp_path)
+    assert status == "complete"
+
+    corpus = load_corpus(spec.dataset)
+    storage = optuna.storages.RDBStorage(storage_url)
+    with sessions(storage_url)() as session:
+        study = session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny"))
+        assert (study.status, study.error, study.controller) == ("complete", None, None)
+        assert study.spec == spec.model_dump(mode="json") and study.document == document
+        assert study.best_possible_loss == pytest.approx(corpus.best_cross_entropy)
+        for family in ("lstm", "mogrifier"):
+            (trial,) = optuna.load_study(study_name=f"tiny/{family}", storage=storage).get_trials()
+            assert trial.state == TrialState.COMPLETE
+            turns = session.scalars(select(TurnRecord).where(TurnRecord.trial_id == trial._trial_id)
+                                    .order_by(TurnRecord.turn)).all()
+            assert [t.turn for t in turns] == [1, 2, 3]
+            assert [t.step for t in turns] == [4, 8, 12]
+            assert trial.value == min(t.val_loss for t in turns)
+            assert trial.intermediate_values == {t.turn: t.best_val_loss for t in turns}
+
+            record = session.get(TrialRecord, trial._trial_id)
+            assert (record.family, record.number, record.fail_reason) == (family, 0, None)
+            assert record.parameter_count <= spec.parameter_budget
+            assert trial.user_attrs["parameter_count"] == record.parameter_count
+            assert set(trial.params) == set(spec.searched_for(family))
+
+            saved = session.get(CheckpointRecord, trial._trial_id)
+            path = settings.artifact_root / saved.path
+            assert saved.sha256 == sha256_of(path) and saved.size_bytes == path.stat().st_size
+            assert saved.val_loss == trial.value
+
+            # The best checkpoint reloads and reproduces the validation loss the study stored.
+            checkpoint = load_checkpoint(path)
+            assert checkpoint.vocabulary == corpus.vocabulary
+            assert count_parameters(checkpoint.model.config) == record.parameter_count
+            schedule = checkpoint.metadata["training"]["schedule"]
+            reproduced = cross_entropy(checkpoint.model, corpus.valid, schedule["eval_batch_size"], schedule["bptt"])
+            assert reproduced == pytest.approx(trial.value, rel=1e-6)
+
+
+def test_relaunch_continues_an_identical_spec_and_refuses_a_different_one(ray_cluster, sqlite_url, tiny_spec,
+                                                                         tmp_path):
+    search = {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}
+    document = tiny_spec(families=["lstm"], fixed={"num_layers": 1}, search_space=search)
+    assert run(document, sqlite_url, tmp_path)[0] == "complete"
+    assert run(document, sqlite_url, tmp_path)[0] == "complete"  # nothing left to run
+    trials = optuna.load_study(study_name="tiny/lstm", storage=sqlite_url).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE]
+
+    changed = tiny_spec(families=["lstm"], fixed={"num_layers": 1}, search_space=search,
+                        parameter_budget=9000)
+    with pytest.raises(StudyConflict, match="already exists with a different spec"):
+        run(changed, sqlite_url, tmp_path)
+
+
+def test_trials_left_running_by_a_dead_controller_are_failed_and_replaced(ray_cluster, sqlite_url, tiny_spec,
+                                                                          tmp_path):
+    search = {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}
+    document = tiny_spec(families=["lstm"], fixed={"num_layers": 1}, search_space=search)
+    spec = parse_spec(document)
+    # The state a SIGKILLed controller leaves: study "running" under a dead process, one trial RUNNING.
+    ensure_schema(sqlite_url)
+    storage = optuna.storages.RDBStorage(sqlite_url)
+    zombie = optuna.create_study(study_name="tiny/lstm", storage=storage).ask()
+    with sessions(sqlite_url).begin() as session:
+        session.add(StudyRecord(name="tiny", status="running", spec=spec.model_dump(mode="json"), document=document,
+                                submitted_via="cli", controller=f"{socket.gethostname()}:999999999"))
+        session.add(TrialRecord(trial_id=zombie._trial_id, study_name="tiny", family="lstm", number=0,
+                                hidden_size=1, parameter_count=1, seed=0))
+
+    assert run(document, sqlite_url, tmp_path)[0] == "complete"
+
+    states = [t.state for t in optuna.load_study(study_name="tiny/lstm", storage=storage).get_trials()]
+    assert states == [TrialState.FAIL, TrialState.COMPLETE]  # no zombie; the budget of 1 trial still ran
+    with sessions(sqlite_url)() as session:
+        record = session.get(TrialRecord, zombie._trial_id)
+        assert (record.fail_reason, record.interrupted) == (INTERRUPTED_REASON, True)
+
+
+def test_trial_that_cannot_fit_the_budget_fails_with_its_reason(ray_cluster, sqlite_url, tiny_spec, tmp_path):
+    search = {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}, "num_layers": {"choices": [16]}}
+    # 100 parameters fit the default 2 layers (so the study starts) but not 16.
+    document = tiny_spec(families=["lstm"], fixed={}, search_space=search, parameter_budget=100)
+    assert run(document, sqlite_url, tmp_path)[0] == "complete"
+    (trial,) = optuna.load_study(study_name="tiny/lstm", storage=sqlite_url).get_trials()
+    assert trial.state == TrialState.FAIL and trial.value is None
+    with sessions(sqlite_url)() as session:
+        reason = session.get(TrialRecord, trial._trial_id).fail_reason
+    assert "parameter_budget: 100 is too small" in reason
+
+
+def test_budget_too_small_for_any_model_fails_the_study_before_trials(ray_cluster, sqlite_url, tiny_spec, tmp_path):
+    document = tiny_spec(parameter_budget=50)
+    with pytest.raises(ValueError, match="parameter_budget: 50 is too small"):
+        run(document, sqlite_url, tmp_path)
+    with sessions(sqlite_url)() as session:
+        study = session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny"))
+    assert study.status == "failed" and "too small" in study.error
