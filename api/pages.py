@@ -7,7 +7,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
-from api.routes import SettingsDep, _study_or_404
+from api.deps import SettingsDep, study_or_404
 from api.schemas import StudyOut
 from dashboards import plotly_js_path, studies_page, study_page
 from tuner.results import list_studies, study_trials
@@ -27,7 +27,7 @@ def studies(config: SettingsDep) -> str:
 
 @router.get("/dashboard/studies/{name}", response_class=HTMLResponse)
 def study(name: str, config: SettingsDep) -> str:
-    found = _study_or_404(config, name)
+    found = study_or_404(config, name)
     trials = [{**asdict(t), "perplexity": t.perplexity, "has_checkpoint": t.checkpoint is not None}
               for t in study_trials(config.storage_url, name)]
     return study_page(StudyOut.of(found).model_dump(), trials)

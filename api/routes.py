@@ -4,30 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import pandas as pd
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse, JSONResponse
 
+from api.deps import SettingsDep, study_or_404
 from api.schemas import SpecIssueOut, StudyDetailOut, StudyOut, SubmittedOut, TrialDetailOut, TrialOut, TurnOut
 from dashboards import pareto_figure
 from tuner.controller import StudyConflict
 from tuner.queue import submit_study
-from tuner.results import get_study, get_trial, learning_curve, list_studies, study_trials
-from tuner.settings import Settings
+from tuner.results import get_trial, learning_curve, list_studies, study_trials, trials_frame
 from tuner.spec import SpecError, parse_spec
 
 MAX_SPEC_BYTES = 256 * 1024
 
 router = APIRouter()
-
-
-def settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
-SettingsDep = Annotated[Settings, Depends(settings)]
 
 
 @router.get("/health", tags=["service"])
@@ -73,19 +65,19 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 @router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"])
 def study(name: str, config: SettingsDep) -> StudyDetailOut:
-    return StudyDetailOut.of(_study_or_404(config, name))
+    return StudyDetailOut.of(study_or_404(config, name))
 
 
 @router.get("/studies/{name}/trials", response_model=list[TrialOut], tags=["studies"])
 def trials(name: str, config: SettingsDep) -> list[TrialOut]:
-    _study_or_404(config, name)
+    study_or_404(config, name)
     return [TrialOut.of(trial) for trial in study_trials(config.storage_url, name)]
 
 
 @router.get("/studies/{name}/pareto", tags=["studies"])
 def pareto(name: str, config: SettingsDep) -> dict[str, Any]:
     """A plotly figure (JSON): validation perplexity vs trainable parameters, one colour per family."""
-    _study_or_404(config, name)
+    study_or_404(config, name)
     frame = trials_frame(study_trials(config.storage_url, name))
     return json.loads(pareto_figure(frame).to_json())
 
@@ -110,18 +102,6 @@ def checkpoint(trial_id: int, config: SettingsDep) -> FileResponse:
     return FileResponse(path, media_type="application/octet-stream",
                         filename=f"{found.study}-{found.family}-{found.number}.pt",
                         headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
-
-
-def trials_frame(views: list) -> pd.DataFrame:
-    columns = ["trial_id", "family", "number", "state", "value", "perplexity", "parameter_count", "hidden_size"]
-    return pd.DataFrame([{name: getattr(view, name) for name in columns} for view in views], columns=columns)
-
-
-def _study_or_404(config: Settings, name: str):
-    found = get_study(config.storage_url, name)
-    if found is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
-    return found
 
 
 def _inside_artifacts(root: Path, relative: str) -> Path:

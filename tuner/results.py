@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import func, select
 
@@ -123,6 +124,12 @@ def get_trial(url: str, trial_id: int) -> TrialView | None:
     if extra is None:
         return None
     return next((t for t in study_trials(url, extra.study_name) if t.trial_id == trial_id), None)
+
+
+def trials_frame(trials: list[TrialView]) -> pd.DataFrame:
+    """One row per trial with the columns the figures plot."""
+    columns = ["trial_id", "family", "number", "state", "value", "perplexity", "parameter_count", "hidden_size"]
+    return pd.DataFrame([{name: getattr(trial, name) for name in columns} for trial in trials], columns=columns)
 
 
 def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
