@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # On a machine without an NVIDIA GPU, take torch's CPU build: PyPI's default Linux wheel bundles CUDA (GBs).
-TORCH_INDEX := $(if $(shell command -v nvidia-smi 2>/dev/null),,--extra-index-url https://download.pytorch.org/whl/cpu)
+# Where PyTorch's index cannot be reached (offline mirrors), pip's own configuration decides.
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(if $(shell curl -sfm 5 -o /dev/null $(CPU_INDEX)/torch/ && echo up),--extra-index-url $(CPU_INDEX)))
 
 .PHONY: demo test setup
 
