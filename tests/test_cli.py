@@ -12,6 +12,7 @@ import sys
 import time
 
 import httpx
+import pandas
 import pytest
 import yaml
 
@@ -69,6 +70,23 @@ def test_launch_then_status_and_list(tmp_path):
     listed = json.loads(tuner("list", "--json", cwd=tmp_path).stdout)
     assert [study["name"] for study in listed] == ["cli-study"]
 
+    best = json.loads(tuner("best", "cli-study", "--json", cwd=tmp_path).stdout)
+    assert best["lstm"]["value"] == payload["trials"][0]["value"]
+    assert best["lstm"]["checkpoint"]["url"].endswith("/checkpoint")
+
+    exported = tmp_path / "trials.csv"
+    assert tuner("export", "cli-study", "--format", "csv", "-o", str(exported), cwd=tmp_path).returncode == 0
+    table = pandas.read_csv(exported)
+    assert list(table["family"]) == ["lstm"] and table["value"][0] == pytest.approx(best["lstm"]["value"])
+    assert table["param.learning_rate"][0] == pytest.approx(best["lstm"]["params"]["learning_rate"])
+    as_json = json.loads(tuner("export", "cli-study", "--format", "json", cwd=tmp_path).stdout)
+    assert as_json[0]["state"] == "COMPLETE"
+    wrong = tuner("export", "cli-study", "--format", "xml", cwd=tmp_path)
+    assert wrong.returncode == 2 and "allowed: csv, json" in wrong.stderr
+
+    again = tuner("resume", "cli-study", cwd=tmp_path)
+    assert again.returncode == 0 and "cli-study (complete)" in again.stdout
+
     missing = tuner("status", "nope", cwd=tmp_path)
     assert missing.returncode == 1 and "no study named 'nope'" in missing.stderr
 
@@ -100,7 +118,7 @@ def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
     states = [t.state for t in optuna.load_study(study_name="slow/lstm", storage=url).get_trials()]
     assert TrialState.RUNNING not in states and TrialState.FAIL in states
 
-    resumed = tuner("launch", "--space", str(path), cwd=tmp_path)
+    resumed = tuner("resume", "slow", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     states = [t.state for t in optuna.load_study(study_name="slow/lstm", storage=url).get_trials()]
     assert states.count(TrialState.COMPLETE) == 2 and TrialState.RUNNING not in states

@@ -11,13 +11,16 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Annotated, Optional  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings  # noqa: E402
+
+if TYPE_CHECKING:
+    from tuner.spec import StudySpec
 
 app = typer.Typer(
     help="Tune recurrent language models fairly: equal parameter budgets, Bayesian tuning, one database.",
@@ -52,8 +55,6 @@ def launch(
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
-    from tuner.controller import StudyConflict, launch_study
-    from tuner.progress import ProgressPrinter
     from tuner.spec import SpecError, load_spec
 
     _quiet_libraries()
@@ -63,6 +64,36 @@ def launch(
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from error
     settings = Settings.from_options(storage, artifacts, address)
+    _run_study(spec, space.read_text(), settings)
+
+
+@app.command()
+def resume(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    address: Annotated[Optional[str], typer.Option(
+        "--address", help="Ray cluster to run trials on [default: start a local Ray]")] = None,
+) -> None:
+    """Continue a study from the database: trials left running by a stopped controller are marked
+    failed (interrupted) and run again, until every family has its trials. Exit status as for launch."""
+    from tuner.db import ensure_schema
+    from tuner.queue import stored_spec
+
+    _quiet_libraries()
+    settings = Settings.from_options(storage, artifacts, address)
+    ensure_schema(settings.storage_url)
+    found = stored_spec(settings.storage_url, name)
+    if found is None:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(2)
+    _run_study(*found, settings)
+
+
+def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
+    from tuner.controller import StudyConflict, launch_study
+    from tuner.progress import ProgressPrinter
+
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
         f"{spec.tuning.trials} trials per family, sampler {spec.tuning.sampler}, "
@@ -71,7 +102,7 @@ def launch(
     )
     printer = ProgressPrinter(settings.storage_url, spec.name, spec.tuning.trials * len(spec.families))
     try:
-        final = launch_study(spec, space.read_text(), settings, callbacks=[printer])
+        final = launch_study(spec, document, settings, callbacks=[printer])
     except StudyConflict as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(2) from error
@@ -90,10 +121,7 @@ def status(
     json_output: JsonOutput = False,
 ) -> None:
     """Show a study: trials by state per family, the best trials, the best possible perplexity if known."""
-    settings = Settings.from_options(storage, None)
-    from tuner.db import ensure_schema
-
-    ensure_schema(settings.storage_url)
+    settings = _settings_for_reading(storage)
     if not _print_study(settings, name, as_json=json_output):
         errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
         raise typer.Exit(1)
@@ -103,11 +131,9 @@ def status(
 def list_command(storage: Storage = None, json_output: JsonOutput = False) -> None:
     """List studies, newest first."""
     from api.schemas import StudyOut
-    from tuner.db import ensure_schema
     from tuner.results import list_studies
 
-    settings = Settings.from_options(storage, None)
-    ensure_schema(settings.storage_url)
+    settings = _settings_for_reading(storage)
     studies = list_studies(settings.storage_url)
     if json_output:
         print(json.dumps([StudyOut.of(s).model_dump(mode="json") for s in studies], indent=2))
@@ -118,6 +144,65 @@ def list_command(storage: Storage = None, json_output: JsonOutput = False) -> No
         table.add_row(study.name, study.status, ", ".join(study.families), f"{study.parameter_budget:,}",
                       f"{study.trials_finished}/{study.trials_expected}", best)
     console.print(table)
+
+
+@app.command()
+def best(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """The best complete trial of each family: value, hyperparameters, size and checkpoint."""
+    from api.schemas import TrialOut
+    from tuner.results import best_trials
+
+    settings = _settings_for_reading(storage)
+    found = best_trials(settings.storage_url, name)
+    if found is None:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(1)
+    if json_output:
+        print(json.dumps({family: TrialOut.of(trial).model_dump(mode="json") if trial else None
+                          for family, trial in found.items()}, indent=2))
+        return
+    for family, trial in found.items():
+        if trial is None:
+            console.print(f"[bold]{family}[/bold]: no complete trial yet")
+            continue
+        checkpoint = settings.artifact_root / trial.checkpoint.path if trial.checkpoint else "none"
+        console.print(f"[bold]{family}[/bold] #{trial.number}: val ppl {trial.perplexity:.3f} "
+                      f"(cross-entropy {trial.value:.4f} nats), {trial.parameter_count:,} parameters, "
+                      f"hidden {trial.hidden_size}, seed {trial.seed}")
+        for key, value in trial.params.items():
+            console.print(f"    {key} = {value}")
+        console.print(f"    checkpoint {checkpoint}")
+
+
+@app.command()
+def export(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    output_format: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write [default: stdout]")] = None,
+) -> None:
+    """Every trial of a study, one row each: family, state, value, perplexity, size, hyperparameters."""
+    from tuner.results import get_study, study_trials, trials_table
+
+    if output_format not in ("csv", "json"):
+        errors.print(f"[red]--format: got {output_format!r}; allowed: csv, json[/red]")
+        raise typer.Exit(2)
+    settings = _settings_for_reading(storage)
+    if get_study(settings.storage_url, name) is None:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(1)
+    table = trials_table(study_trials(settings.storage_url, name))
+    text = table.to_csv(index=False) if output_format == "csv" else table.to_json(orient="records", indent=2,
+                                                                                 date_format="iso")
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        console.print(f"wrote {len(table)} trials to {output}")
 
 
 @app.command()
@@ -208,6 +293,14 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
         if trial.fail_reason:
             console.print(f"[red]{trial.family}#{trial.number} failed: {trial.fail_reason}[/red]")
     return True
+
+
+def _settings_for_reading(storage: str | None) -> Settings:
+    from tuner.db import ensure_schema
+
+    settings = Settings.from_options(storage, None)
+    ensure_schema(settings.storage_url)
+    return settings
 
 
 def _stop(process: subprocess.Popen, grace_seconds: float = 60) -> None:

@@ -24,10 +24,11 @@ from models import count_parameters
 from trainers import load_corpus
 from tuner.db import StudyRecord, TrialRecord, ensure_schema, optuna_storage, sessions, utcnow
 from tuner.recorder import StudyRecorder
-from tuner.search import StudySearcher
+from tuner.search import OBJECTIVE, StudySearcher
 from tuner.settings import Settings
-from tuner.space import distributions, make_sampler, optuna_study_name, trial_seed, trial_setup
+from tuner.space import distributions, initial_points, optuna_study_name, trial_seed, trial_setup
 from tuner.spec import StudySpec
+from tuner.strategies import make_sampler, make_scheduler
 from tuner.trial import run_trial
 
 # Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
@@ -94,10 +95,10 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
         _fail_interrupted_trials(url, spec)
-        _connect_ray(settings)
         for family in spec.families:
             remaining = spec.tuning.trials - _counted_trials(url, spec, family)
             if remaining > 0:
+                _connect_ray(settings)
                 _tune_family(spec, family, remaining, vocab_size, settings, callbacks)
         missing = sum(max(0, spec.tuning.trials - _counted_trials(url, spec, f)) for f in spec.families)
     except BaseException as error:
@@ -117,20 +118,22 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
     url = settings.storage_url
     storage = optuna_storage(url)
 
+    study_name = optuna_study_name(spec.name, family)
     searcher = StudySearcher(
         family=family,
         space=distributions(spec, family),
         sampler=make_sampler(spec.tuning),
-        study_name=optuna_study_name(spec.name, family),
+        study_name=study_name,
         storage=storage,
         on_new_trial=TrialRegistrar(spec, family, vocab_size, url),
+        points_to_evaluate=[] if _has_trials(storage, study_name) else initial_points(spec, family),
     )
     job = {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
     resources = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(run_trial, job=job), resources),
-        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=trials,
-                                    max_concurrent_trials=spec.tuning.concurrency),
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec, OBJECTIVE),
+                                    num_samples=trials, max_concurrent_trials=spec.tuning.concurrency),
         run_config=tune.RunConfig(
             name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(settings.ray_results),
@@ -164,6 +167,13 @@ class TrialRegistrar:
         with sessions(self.url).begin() as session:
             session.merge(TrialRecord(trial_id=optuna_trial_id, study_name=self.spec.name, number=number,
                                       fail_reason=fail_reason, **attributes))
+
+
+def _has_trials(storage, study_name: str) -> bool:
+    try:
+        return bool(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
+    except KeyError:
+        return False
 
 
 def _counted_trials(url: str, spec: StudySpec, family: str) -> int:

@@ -26,6 +26,13 @@ def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = 
         raise StudyConflict(f"name: a study named {spec.name!r} already exists; choose another name") from error
 
 
+def stored_spec(url: str, name: str) -> tuple[StudySpec, str] | None:
+    """The spec and the document of a study as it was submitted, or None if there is no such study."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+    return None if record is None else (StudySpec.model_validate(record.spec), record.document)
+
+
 def claim_next_study(url: str) -> StudySpec | None:
     """Take the oldest queued study — or one whose controller on this machine died — for this process."""
     with sessions(url)() as session:

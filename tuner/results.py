@@ -132,6 +132,29 @@ def trials_frame(trials: list[TrialView]) -> pd.DataFrame:
     return pd.DataFrame([{name: getattr(trial, name) for name in columns} for trial in trials], columns=columns)
 
 
+def trials_table(trials: list[TrialView]) -> pd.DataFrame:
+    """Everything about each trial in flat columns (hyperparameters prefixed `param.`), for export."""
+    rows = []
+    for trial in trials:
+        row = {name: getattr(trial, name) for name in (
+            "trial_id", "family", "number", "state", "value", "perplexity", "last_value", "parameter_count",
+            "hidden_size", "seed", "turns_reported", "started_at", "finished_at", "fail_reason")}
+        row |= {f"param.{key}": value for key, value in trial.params.items()}
+        row["checkpoint"] = trial.checkpoint.path if trial.checkpoint else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def best_trials(url: str, name: str) -> dict[str, TrialView | None] | None:
+    """The best complete trial per family (None for a family without one); None if no such study."""
+    study = get_study(url, name)
+    if study is None:
+        return None
+    trials = study_trials(url, name)
+    return {family: min((t for t in trials if t.family == family and t.value is not None),
+                        key=lambda t: t.value, default=None) for family in study.families}
+
+
 def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
     with sessions(url)() as session:
         return list(session.scalars(select(TurnRecord).where(TurnRecord.trial_id == trial_id)

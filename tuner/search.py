@@ -13,6 +13,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 OBJECTIVE = "best_val_loss"
@@ -32,11 +33,13 @@ class StudySearcher(OptunaSearch):
         study_name: str,
         storage: optuna.storages.BaseStorage,
         on_new_trial: NewTrialHook,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
-        super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler,
-                         study_name=study_name, storage=storage)
+        super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler, study_name=study_name,
+                         storage=storage, points_to_evaluate=points_to_evaluate)
         self._family = family
         self._on_new_trial = on_new_trial
+        self._reported_turns: dict[str, int] = {}
         self._optuna_study_id = storage.get_study_id_from_name(study_name)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
@@ -46,11 +49,18 @@ class StudySearcher(OptunaSearch):
         self._on_new_trial(optuna_trial_id, number, params)
         return {"params": params, "family": self._family, "number": number, "optuna_trial_id": optuna_trial_id}
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        super().on_trial_result(trial_id, result)
+        self._reported_turns[trial_id] = result[TRAINING_ITERATION]
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials:
             return
         ot_trial = self._ot_trials[trial_id]
         value = result.get(OBJECTIVE) if result else None
+        if value is not None and result[TRAINING_ITERATION] > self._reported_turns.get(trial_id, 0):
+            # A scheduler that stops a trial hands its last result only to this method.
+            ot_trial.report(value, result[TRAINING_ITERATION])
         if error:
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
         elif result and result.get("finished") and value is not None:

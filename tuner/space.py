@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from models import ModelConfig, solve_hidden_size
 from trainers import TrainingConfig
 from tuner.hyperparameters import HYPERPARAMETERS
-from tuner.spec import StudySpec, Tuning
+from tuner.spec import StudySpec
 
 
 @dataclass(frozen=True)
@@ -51,12 +50,12 @@ def trial_seed(spec: StudySpec, trial_number: int) -> int:
     return spec.tuning.seed + trial_number
 
 
-def make_sampler(tuning: Tuning) -> optuna.samplers.BaseSampler:
-    if tuning.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-    if tuning.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-    return optuna.samplers.RandomSampler(seed=tuning.seed)
+def initial_points(spec: StudySpec, family: str) -> list[dict[str, Any]]:
+    """The spec's initial points restricted to what this family searches (empty points dropped)."""
+    searched = spec.searched_for(family)
+    points = [{name: value for name, value in point.items() if name in searched}
+              for point in spec.tuning.initial_points]
+    return [point for point in points if point]
 
 
 def optuna_study_name(study: str, family: str) -> str:

@@ -38,11 +38,24 @@ class SearchRange(_Strict):
 
 
 class Tuning(_Strict):
-    sampler: Literal["gp", "tpe", "random"] = Field("gp", description="Optuna sampler proposing trials")
+    sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
     trials: int = Field(..., ge=1, description="trials per model family")
     startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
     concurrency: int = Field(1, ge=1, description="trials running at once")
     seed: int = Field(0, description="seeds the sampler; trial k trains with seed + k")
+    initial_points: list[dict[str, bool | int | float]] = Field(
+        default_factory=list, description="configurations tried first, in order (each family takes the "
+                                          "hyperparameters it searches; the rest are sampled)")
+
+
+class EarlyStopping(_Strict):
+    """Stopping unpromising trials early; a stopped trial is recorded as PRUNED, never COMPLETE."""
+
+    method: Literal["none", "asha", "median"] = Field("none", description="asha: asynchronous successive "
+                                                      "halving; median: stop below the running median")
+    grace_turns: int = Field(1, ge=1, description="no trial is stopped before this many turns")
+    reduction_factor: float = Field(3.0, gt=1, description="asha: keep 1 in this many trials at each rung")
+    min_samples: int = Field(3, ge=1, description="median: trials needed before comparing to the median")
 
 
 class Resources(_Strict):
@@ -60,6 +73,7 @@ class StudySpec(_Strict):
     fixed: dict[str, bool | int | float] = Field(default_factory=dict, description="hyperparameters held fixed")
     search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
     tuning: Tuning
+    early_stopping: EarlyStopping = EarlyStopping()
     resources: Resources = Resources()
 
     @field_validator("families")
@@ -161,6 +175,16 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         families = tuple(f for f in hyper.families if space.families is None or f in space.families)
         issues += _family_issues(("search_space", name), families, spec.families)
         issues += [(("search_space", name, *path), message) for path, message in _range_issues(hyper, space)]
+    for index, point in enumerate(spec.tuning.initial_points):
+        for name, value in point.items():
+            path = ("tuning", "initial_points", str(index), name)
+            if name not in spec.search_space:
+                issues.append((path, f"not a searched hyperparameter; allowed: {', '.join(spec.search_space)}"))
+            elif not _in_range(value, spec.search_space[name]):
+                issues.append((path, f"got {value!r}; outside the search range of {name}"))
+    if spec.early_stopping.grace_turns > spec.training.turns:
+        issues.append((("early_stopping", "grace_turns"), f"got {spec.early_stopping.grace_turns}; allowed: at "
+                                                          f"most training.turns ({spec.training.turns})"))
     for family in spec.families:
         if not spec.searched_for(family):
             issues.append((("search_space",), f"nothing is searched for family {family!r}; add a hyperparameter "
@@ -205,6 +229,14 @@ def _range_issues(hyper, space: SearchRange) -> list[tuple[tuple[str, ...], str]
     if not (math.isfinite(space.low) and math.isfinite(space.high)):
         issues.append(((), "low and high must be finite"))
     return issues
+
+
+def _in_range(value: bool | int | float, space: SearchRange) -> bool:
+    if space.choices is not None:
+        return value in space.choices
+    if isinstance(value, bool) or space.low is None or space.high is None:
+        return False
+    return space.low <= value <= space.high
 
 
 def _issue_from_pydantic(error: dict[str, Any], lines: dict[tuple[str, ...], int]) -> SpecIssue:

@@ -1,0 +1,31 @@
+"""How trials are proposed (Optuna samplers) and stopped early (Ray Tune schedulers)."""
+
+from __future__ import annotations
+
+import optuna
+from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
+
+from tuner.spec import StudySpec, Tuning
+
+
+def make_sampler(tuning: Tuning) -> optuna.samplers.BaseSampler:
+    if tuning.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
+    if tuning.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
+    if tuning.sampler == "qmc":
+        return optuna.samplers.QMCSampler(seed=tuning.seed, scramble=True)
+    return optuna.samplers.RandomSampler(seed=tuning.seed)
+
+
+def make_scheduler(spec: StudySpec, metric: str) -> TrialScheduler | None:
+    """Ray Tune's early-stopping scheduler for the spec, measuring time in turns."""
+    rule = spec.early_stopping
+    if rule.method == "asha":
+        return ASHAScheduler(time_attr="turn", metric=metric, mode="min", max_t=spec.training.turns,
+                             grace_period=rule.grace_turns, reduction_factor=rule.reduction_factor)
+    if rule.method == "median":
+        return MedianStoppingRule(time_attr="turn", metric=metric, mode="min", grace_period=rule.grace_turns,
+                                  min_samples_required=rule.min_samples)
+    return None
+
