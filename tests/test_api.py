@@ -148,7 +148,7 @@ def test_invalid_submissions_are_422_with_fields_and_lines(service):
     response = client.post("/studies", content=bad, headers={"content-type": "application/yaml"})
     assert response.status_code == 422
     (issue,) = response.json()["detail"]
-    assert issue["field"] == "tuning.sampler" and "'gp', 'tpe' or 'random'" in issue["message"]
+    assert issue["field"] == "tuning.sampler" and "'gp', 'tpe', 'random' or 'qmc'" in issue["message"]
     assert bad.splitlines()[issue["line"] - 1].strip().startswith("sampler:")
     broken = client.post("/studies", content="name: [unclosed\n")
     assert broken.status_code == 422 and "not valid YAML/JSON" in broken.json()["detail"][0]["message"]

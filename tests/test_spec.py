@@ -40,7 +40,7 @@ def test_unknown_field_names_its_line_and_the_allowed_fields(tiny_spec):
 def test_bad_choice_lists_the_allowed_values(tiny_spec):
     document = tiny_spec(tuning={"sampler": "cmaes", "trials": 2})
     issues, _ = issues_of(document)
-    assert "'gp', 'tpe' or 'random'" in issues["tuning.sampler"].message
+    assert "'gp', 'tpe', 'random' or 'qmc'" in issues["tuning.sampler"].message
     assert "cmaes" in issues["tuning.sampler"].message
 
 

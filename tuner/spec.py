@@ -30,10 +30,10 @@ class _Strict(BaseModel):
 class SearchRange(_Strict):
     """The range of one searched hyperparameter: `low`/`high` (optionally `log`), or `choices`."""
 
-    low: float | None = None
-    high: float | None = None
+    low: float | None = Field(None, description="lower bound, included")
+    high: float | None = Field(None, description="upper bound, included")
     log: bool = Field(False, description="sample uniformly in log space (needs low > 0)")
-    choices: list[bool | int | float] | None = None
+    choices: list[bool | int | float] | None = Field(None, description="the values to choose from")
     families: list[Family] | None = Field(None, description="search it only for these families")
 
 
@@ -59,22 +59,22 @@ class EarlyStopping(_Strict):
 
 
 class Resources(_Strict):
-    cpus_per_trial: float = Field(1.0, gt=0)
-    gpus_per_trial: float = Field(0.0, ge=0)
+    cpus_per_trial: float = Field(1.0, gt=0, description="CPU cores per trial (also its torch threads)")
+    gpus_per_trial: float = Field(0.0, ge=0, description="GPUs per trial; 0.5 runs two trials on one GPU")
 
 
 class StudySpec(_Strict):
     name: str = Field(..., pattern=NAME_PATTERN, description="unique study name")
-    description: str = ""
-    dataset: MarkovCorpusConfig
+    description: str = Field("", description="free text shown with the study")
+    dataset: MarkovCorpusConfig = Field(..., description="the corpus; see its section")
     families: list[Family] = Field(..., min_length=1, description="model families compared at one budget")
     parameter_budget: int = Field(..., ge=1, description="trainable parameters of every model")
-    training: Schedule = Schedule()
+    training: Schedule = Field(Schedule(), description="the training schedule; see its section")
     fixed: dict[str, bool | int | float] = Field(default_factory=dict, description="hyperparameters held fixed")
     search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
-    tuning: Tuning
-    early_stopping: EarlyStopping = EarlyStopping()
-    resources: Resources = Resources()
+    tuning: Tuning = Field(..., description="sampler, trials and concurrency; see its section")
+    early_stopping: EarlyStopping = Field(EarlyStopping(), description="see its section")
+    resources: Resources = Field(Resources(), description="see its section")
 
     @field_validator("families")
     @classmethod
