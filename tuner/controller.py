@@ -133,7 +133,10 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(run_trial, job=job), resources),
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec, OBJECTIVE),
-                                    num_samples=trials, max_concurrent_trials=spec.tuning.concurrency),
+                                    num_samples=trials, max_concurrent_trials=spec.tuning.concurrency,
+                                    # a new trial reuses a finished trial's process: no second start-up
+                                    # (imports, corpus) per trial
+                                    reuse_actors=True),
         run_config=tune.RunConfig(
             name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(settings.ray_results),
