@@ -1,13 +1,17 @@
-"""Request dependencies shared by the API routes and the dashboard pages."""
+"""Request dependencies shared by the API routes and the dashboard pages: settings, study lookup, auth."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from tuner.results import StudyView, get_study
 from tuner.settings import Settings
+from tuner.tokens import token_is_valid, tokens_required
+
+_bearer = HTTPBearer(auto_error=False, description="a token from `tuner token create NAME`")
 
 
 def settings(request: Request) -> Settings:
@@ -15,6 +19,7 @@ def settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(settings)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 def study_or_404(config: Settings, name: str) -> StudyView:
@@ -22,3 +27,29 @@ def study_or_404(config: Settings, name: str) -> StudyView:
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
     return found
+
+
+def _check(config: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:
+    if not tokens_required(config.storage_url):
+        return
+    if credentials is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "this server requires a bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if not token_is_valid(config.storage_url, credentials.credentials):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "the bearer token is unknown or revoked",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_writer(config: SettingsDep, credentials: Credentials) -> None:
+    """Every write needs a valid token once any token exists."""
+    _check(config, credentials)
+
+
+def require_reader(config: SettingsDep, credentials: Credentials) -> None:
+    """Reads need a token only when the server was started with private reads."""
+    if config.private_reads:
+        _check(config, credentials)
+
+
+Writer = Depends(require_writer)
+Reader = Depends(require_reader)

@@ -1,25 +1,49 @@
-"""REST endpoints: studies, trials, the Pareto figure and checkpoint downloads."""
+"""REST endpoints: studies (submit, list, detail, cancel, delete), trials, Pareto, checkpoints."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, JSONResponse
 
-from api.deps import SettingsDep, study_or_404
-from api.schemas import SpecIssueOut, StudyDetailOut, StudyOut, SubmittedOut, TrialDetailOut, TrialOut, TurnOut
-from dashboards import pareto_figure
+from api.deps import Reader, SettingsDep, Writer, study_or_404
+from api.schemas import (
+    ParetoOut,
+    ParetoPoint,
+    SpecIssueOut,
+    StatusOut,
+    StudyDetailOut,
+    StudyOut,
+    StudyPage,
+    SubmittedOut,
+    TrialDetailOut,
+    TrialOut,
+    TrialPage,
+    TurnOut,
+)
+from dashboards import non_dominated, pareto_figure
 from tuner.controller import StudyConflict
+from tuner.lifecycle import StudyStateError, cancel_study, delete_study
 from tuner.queue import submit_study
-from tuner.results import get_trial, learning_curve, list_studies, study_trials, trials_frame
+from tuner.results import get_trial, learning_curve, list_studies, pareto_frame, study_trials
 from tuner.spec import SpecError, parse_spec
 
 MAX_SPEC_BYTES = 256 * 1024
+PARETO_AXES = {
+    "params": ("parameter_count", "trainable parameters"),
+    "wall_seconds": ("wall_seconds", "training wall time (s)"),
+    "gpu_seconds": ("gpu_seconds", "GPU time reserved (s)"),
+}
 
 router = APIRouter()
+Limit = Annotated[int, Query(ge=1, le=1000, description="items per page")]
+Offset = Annotated[int, Query(ge=0, description="items to skip")]
+StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING"] | None,
+                        Query(description="only trials in this state")]
+NotFound = {404: {"description": "no such study or trial"}}
+Unauthorized = {401: {"description": "a valid bearer token is required"}}
 
 
 @router.get("/health", tags=["service"])
@@ -27,9 +51,19 @@ def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/studies", response_model=list[StudyOut], tags=["studies"])
-def studies(config: SettingsDep) -> list[StudyOut]:
-    return [StudyOut.of(study) for study in list_studies(config.storage_url)]
+@router.get("/studies", response_model=StudyPage, tags=["studies"], dependencies=[Reader], responses=Unauthorized)
+def studies(
+    config: SettingsDep,
+    status_filter: Annotated[Literal["queued", "running", "cancelling", "cancelled", "complete", "failed"] | None,
+                             Query(alias="status", description="only studies in this status")] = None,
+    family: Annotated[str | None, Query(max_length=32, description="only studies comparing this family")] = None,
+    q: Annotated[str | None, Query(max_length=64, description="name contains")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> StudyPage:
+    page = list_studies(config.storage_url, status=status_filter, family=family, name_contains=q, limit=limit,
+                        offset=offset)
+    return StudyPage(items=[StudyOut.of(s) for s in page.items], total=page.total, limit=limit, offset=offset)
 
 
 @router.post(
@@ -37,8 +71,10 @@ def studies(config: SettingsDep) -> list[StudyOut]:
     response_model=SubmittedOut,
     status_code=status.HTTP_202_ACCEPTED,
     tags=["studies"],
+    dependencies=[Writer],
     responses={422: {"model": list[SpecIssueOut], "description": "the spec is invalid; one entry per problem"},
-               409: {"description": "a study with this name exists"}},
+               409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
+               **Unauthorized},
     openapi_extra={"requestBody": {"required": True, "content": {
         "application/yaml": {"schema": {"type": "string"}},
         "application/json": {"schema": {"type": "object"}},
@@ -46,9 +82,7 @@ def studies(config: SettingsDep) -> list[StudyOut]:
 )
 async def submit(request: Request, config: SettingsDep) -> Any:
     """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
-    body = await request.body()
-    if len(body) > MAX_SPEC_BYTES:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {MAX_SPEC_BYTES} bytes")
+    body = await _read_limited(request, MAX_SPEC_BYTES)
     try:
         document = body.decode("utf-8")
         spec = parse_spec(document, source="request body")
@@ -63,27 +97,80 @@ async def submit(request: Request, config: SettingsDep) -> Any:
     return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}")
 
 
-@router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"])
+@router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
 def study(name: str, config: SettingsDep) -> StudyDetailOut:
+    """Status, trial counts by state, progress and ETA, the best trial, and the spec as submitted."""
     return StudyDetailOut.of(study_or_404(config, name))
 
 
-@router.get("/studies/{name}/trials", response_model=list[TrialOut], tags=["studies"])
-def trials(name: str, config: SettingsDep) -> list[TrialOut]:
+@router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
+             tags=["studies"], dependencies=[Writer],
+             responses={**NotFound, **Unauthorized, 409: {"description": "the study has already ended"}})
+def cancel(name: str, config: SettingsDep) -> StatusOut:
+    """Cancel a queued study at once, or a running one within seconds (its running trials stop)."""
+    try:
+        return StatusOut(name=name, status=cancel_study(config.storage_url, name))
+    except KeyError as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
+    except StudyStateError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+
+
+@router.delete("/studies/{name}", status_code=status.HTTP_204_NO_CONTENT, tags=["studies"], dependencies=[Writer],
+               responses={**NotFound, **Unauthorized, 409: {"description": "the study is still running"}})
+def remove(name: str, config: SettingsDep) -> Response:
+    """Delete a study that is not running: its trials, learning curves and checkpoint files."""
+    try:
+        delete_study(config.storage_url, name, config.artifact_root)
+    except KeyError as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
+    except StudyStateError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/studies/{name}/trials", response_model=TrialPage, tags=["studies"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
+def trials(
+    name: str,
+    config: SettingsDep,
+    state: StateFilter = None,
+    family: Annotated[str | None, Query(max_length=32, description="only this family's trials")] = None,
+    sort: Annotated[Literal["number", "value", "family", "state", "started"],
+                    Query(description="value: best first, unfinished last")] = "number",
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> TrialPage:
     study_or_404(config, name)
-    return [TrialOut.of(trial) for trial in study_trials(config.storage_url, name)]
+    page = study_trials(config.storage_url, name, state=state, family=family, sort=sort,
+                        descending=order == "desc", limit=limit, offset=offset)
+    return TrialPage(items=[TrialOut.of(t) for t in page.items], total=page.total, limit=limit, offset=offset)
 
 
-@router.get("/studies/{name}/pareto", tags=["studies"])
-def pareto(name: str, config: SettingsDep) -> dict[str, Any]:
-    """A plotly figure (JSON): validation perplexity vs trainable parameters, one colour per family."""
+@router.get("/studies/{name}/pareto", response_model=ParetoOut, tags=["studies"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
+def pareto(
+    name: str,
+    config: SettingsDep,
+    x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
+) -> ParetoOut:
+    """Validation perplexity vs a cost, one colour per family; the non-dominated trials as a figure and as data."""
     study_or_404(config, name)
-    frame = trials_frame(study_trials(config.storage_url, name))
-    return json.loads(pareto_figure(frame).to_json())
+    column, title = PARETO_AXES[x]
+    frame = pareto_frame(config.storage_url, name)
+    front = frame[non_dominated(frame, column, "perplexity")] if not frame.empty else frame
+    figure = pareto_figure(frame, x=column, x_title=title)
+    points = [ParetoPoint(trial_id=row.trial_id, family=row.family, number=row.number, x=getattr(row, column),
+                          perplexity=row.perplexity) for row in front.sort_values(column).itertuples()]
+    return ParetoOut(x=x, figure=figure.to_plotly_json(), non_dominated=points)
 
 
-@router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"])
+@router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
 def trial(trial_id: int, config: SettingsDep) -> TrialDetailOut:
+    """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint."""
     found = get_trial(config.storage_url, trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
@@ -91,10 +178,11 @@ def trial(trial_id: int, config: SettingsDep) -> TrialDetailOut:
     return TrialDetailOut(**TrialOut.of(found).model_dump(), learning_curve=curve)
 
 
-@router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"],
-            responses={200: {"content": {"application/octet-stream": {}}}})
+@router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],
+            responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
+                       403: {"description": "the stored path leaves the artifact store"}})
 def checkpoint(trial_id: int, config: SettingsDep) -> FileResponse:
-    """The trial's best checkpoint (load it with `trainers.load_checkpoint`)."""
+    """The trial's best checkpoint, streamed (load it with `trainers.load_checkpoint`)."""
     found = get_trial(config.storage_url, trial_id)
     if found is None or found.checkpoint is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
@@ -102,6 +190,19 @@ def checkpoint(trial_id: int, config: SettingsDep) -> FileResponse:
     return FileResponse(path, media_type="application/octet-stream",
                         filename=f"{found.study}-{found.family}-{found.number}.pt",
                         headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it exceeds `limit` (also when no Content-Length is sent)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
+    return bytes(body)
 
 
 def _inside_artifacts(root: Path, relative: str) -> Path:
@@ -118,3 +219,4 @@ def _inside_artifacts(root: Path, relative: str) -> Path:
 def _spec_errors(issues: list[SpecIssueOut]) -> JSONResponse:
     return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
                         content={"detail": [issue.model_dump() for issue in issues]})
+

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -33,6 +33,7 @@ class TrialOut(BaseModel):
     seed: int | None
     fail_reason: str | None
     turns_reported: int
+    wall_seconds: float | None
     last_value: float | None
     checkpoint: CheckpointOut | None
     started_at: datetime | None
@@ -77,6 +78,8 @@ class StudyOut(BaseModel):
     trials_per_family: int
     trials_expected: int
     trials_finished: int
+    progress: float
+    eta_seconds: float | None
     counts: dict[str, int]
     best: TrialOut | None
     best_perplexity: float | None
@@ -92,15 +95,59 @@ class StudyOut(BaseModel):
         best = study.best
         return cls(
             **{name: getattr(study, name) for name in cls.model_fields
-               if name not in ("best", "best_perplexity", "best_family")},
+               if name not in ("best", "best_perplexity", "best_family", "progress", "eta_seconds")},
+            progress=study.trials_finished / study.trials_expected,
+            eta_seconds=_eta_seconds(study),
             best=None if best is None else TrialOut.of(best),
             best_perplexity=None if best is None else best.perplexity,
             best_family=None if best is None else best.family,
         )
 
 
+def _eta_seconds(study: StudyView) -> float | None:
+    """Time left at the pace so far: elapsed / finished * remaining."""
+    remaining = study.trials_expected - study.trials_finished
+    if study.status != "running" or study.started_at is None or not study.trials_finished or remaining <= 0:
+        return None
+    started = study.started_at if study.started_at.tzinfo else study.started_at.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - started).total_seconds() / study.trials_finished * remaining
+
+
 class StudyDetailOut(StudyOut):
     spec: dict[str, Any]
+
+
+class StudyPage(BaseModel):
+    items: list[StudyOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class TrialPage(BaseModel):
+    items: list[TrialOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class ParetoPoint(BaseModel):
+    trial_id: int
+    family: str
+    number: int
+    x: float
+    perplexity: float
+
+
+class ParetoOut(BaseModel):
+    x: str
+    figure: dict[str, Any]
+    non_dominated: list[ParetoPoint]
+
+
+class StatusOut(BaseModel):
+    name: str
+    status: str
 
 
 class SubmittedOut(BaseModel):

@@ -20,9 +20,10 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def studies_page(studies: Sequence[Mapping[str, Any]]) -> str:
-    return _TEMPLATES.get_template("studies.html").render(studies=studies)
+def studies_page(studies: Sequence[Mapping[str, Any]], total: int) -> str:
+    return _TEMPLATES.get_template("studies.html").render(studies=studies, total=total)
 
 
-def study_page(study: Mapping[str, Any], trials: Sequence[Mapping[str, Any]]) -> str:
-    return _TEMPLATES.get_template("study.html").render(study=study, trials=trials)
+def study_page(study: Mapping[str, Any], trials: Sequence[Mapping[str, Any]], total: int) -> str:
+    """`trials` is one page of the study's trials (best first); `total` counts them all."""
+    return _TEMPLATES.get_template("study.html").render(study=study, trials=trials, total=total)

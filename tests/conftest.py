@@ -6,6 +6,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -58,27 +59,62 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'tuner.db'}"
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
+@contextmanager
+def fresh_postgres_database() -> Iterator[str]:
     """A new, empty database on the PostgreSQL server, dropped afterwards."""
     server = make_url(POSTGRES_SERVER)
     name = f"lmt_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = server.set(database=name).render_as_string(hide_password=False)
     try:
-        yield server.set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
         from tuner import db
 
-        db.engine_for.cache_clear()
-        db.optuna_storage.cache_clear()
+        db.engine_for(url).dispose()
+        db.optuna_storage(url).engine.dispose()
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    with fresh_postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def storage_url(request) -> str:
     """Each test using it runs twice: on a SQLite file and on a fresh PostgreSQL database."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@contextmanager
+def serve_app(settings) -> Iterator[str]:
+    """The API (create_app) served by uvicorn in a background thread; yields its base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from api.app import create_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the API server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -1,69 +1,52 @@
-"""The REST API and dashboard over real HTTP, against a database holding a real (tiny) study."""
+"""The REST API and dashboard over real HTTP, on SQLite and on PostgreSQL, against real (tiny) studies."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
-import uvicorn
 import yaml
 
-from api.app import create_app
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
 from trainers import load_checkpoint
 from tuner.controller import launch_study
-from tuner.db import CheckpointRecord, sessions
+from tuner.db import CheckpointRecord, TrialRecord, sessions
 from tuner.queue import run_worker
 from tuner.settings import Settings
 from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 
+ONE_FAMILY = {"families": ["lstm"], "fixed": {"num_layers": 1},
+              "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}}
 
-@pytest.fixture(scope="module")
-def service(ray_cluster, tmp_path_factory) -> Iterator[tuple[httpx.Client, Settings]]:
-    root = tmp_path_factory.mktemp("service")
-    settings = Settings(f"sqlite:///{root / 'tuner.db'}", root / "artifacts")
-    document = yaml.safe_dump({**TINY_SPEC, "name": "served"}, sort_keys=False)
+
+def launch(settings: Settings, **fields) -> None:
+    document = yaml.safe_dump({**TINY_SPEC, **fields}, sort_keys=False)
     assert launch_study(parse_spec(document), document, settings) == "complete"
-    with _serve(settings) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def service(request, ray_cluster, tmp_path_factory) -> Iterator[tuple[httpx.Client, Settings]]:
+    root = tmp_path_factory.mktemp("service")
+    with ExitStack() as stack:
+        url = (f"sqlite:///{root / 'tuner.db'}" if request.param == "sqlite"
+               else stack.enter_context(fresh_postgres_database()))
+        settings = Settings(url, root / "artifacts")
+        launch(settings, name="served")
+        launch(settings, **ONE_FAMILY, name="other", parameter_budget=6000)
+        base_url = stack.enter_context(serve_app(settings))
+        client = stack.enter_context(httpx.Client(base_url=base_url, timeout=60))
         yield client, settings
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class _serve:
-    """uvicorn in a background thread, for the duration of a with-block."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.port = _free_port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port,
-                                                   log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the API server did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def test_health(service):
@@ -71,53 +54,85 @@ def test_health(service):
     assert client.get("/health").json() == {"status": "ok"}
 
 
-def test_studies_list_and_detail(service):
+def test_studies_list_pages_and_filters(service):
     client, _ = service
-    listed = {s["name"]: s for s in client.get("/studies").json()}
-    study = listed["served"]
-    assert study["status"] == "complete"
-    assert study["families"] == ["lstm", "mogrifier"]
+    listing = client.get("/studies").json()
+    assert listing["total"] == 2 and [s["name"] for s in listing["items"]] == ["other", "served"]  # newest first
+    first = client.get("/studies", params={"limit": 1}).json()
+    second = client.get("/studies", params={"limit": 1, "offset": 1}).json()
+    assert (first["total"], [s["name"] for s in first["items"] + second["items"]]) == (2, ["other", "served"])
+    assert [s["name"] for s in client.get("/studies", params={"family": "mogrifier"}).json()["items"]] == ["served"]
+    assert [s["name"] for s in client.get("/studies", params={"q": "serv"}).json()["items"]] == ["served"]
+    assert client.get("/studies", params={"status": "queued"}).json()["total"] == 0
+    assert client.get("/studies", params={"status": "bogus"}).status_code == 422
+    assert client.get("/studies", params={"limit": 0}).status_code == 422
+
+
+def test_study_detail(service):
+    client, _ = service
+    study = client.get("/studies/served").json()
+    assert study["status"] == "complete" and study["families"] == ["lstm", "mogrifier"]
     assert study["counts"]["COMPLETE"] == 2 and study["trials_finished"] == study["trials_expected"] == 2
-    detail = client.get("/studies/served").json()
-    assert detail["spec"]["parameter_budget"] == TINY_SPEC["parameter_budget"]
-    assert detail["best_perplexity"] == pytest.approx(math.exp(detail["best"]["value"]))
-    assert detail["best_possible_perplexity"] > 1
+    assert study["progress"] == 1.0 and study["eta_seconds"] is None
+    assert study["spec"]["parameter_budget"] == TINY_SPEC["parameter_budget"]
+    assert study["best_perplexity"] == pytest.approx(math.exp(study["best"]["value"]))
+    assert study["best_possible_perplexity"] > 1
     assert client.get("/studies/absent").status_code == 404
 
 
-def test_trials_carry_params_sizes_and_checkpoints(service):
+def test_trials_page_sort_and_filter(service):
     client, _ = service
-    trials = client.get("/studies/served/trials").json()
-    assert sorted(t["family"] for t in trials) == ["lstm", "mogrifier"]
-    for trial in trials:
-        assert trial["state"] == "COMPLETE"
+    page = client.get("/studies/served/trials").json()
+    assert page["total"] == 2 and sorted(t["family"] for t in page["items"]) == ["lstm", "mogrifier"]
+    for trial in page["items"]:
+        assert trial["state"] == "COMPLETE" and trial["turns_reported"] == 3 and trial["wall_seconds"] > 0
         assert trial["parameter_count"] <= TINY_SPEC["parameter_budget"]
         assert trial["checkpoint"]["url"] == f"/trials/{trial['trial_id']}/checkpoint"
         assert "learning_rate" in trial["params"]
-    detail = client.get(f"/trials/{trials[0]['trial_id']}").json()
+    by_value = [t["value"] for t in client.get("/studies/served/trials", params={"sort": "value"}).json()["items"]]
+    assert by_value == sorted(by_value)
+    descending = client.get("/studies/served/trials", params={"sort": "value", "order": "desc"}).json()["items"]
+    assert [t["value"] for t in descending] == sorted(by_value, reverse=True)
+    only = client.get("/studies/served/trials", params={"family": "mogrifier"}).json()
+    assert [t["family"] for t in only["items"]] == ["mogrifier"] and "mogrifier_rounds" in only["items"][0]["params"]
+    paged = client.get("/studies/served/trials", params={"limit": 1, "offset": 1}).json()
+    assert paged["total"] == 2 and len(paged["items"]) == 1
+    assert client.get("/studies/served/trials", params={"state": "FAIL"}).json()["total"] == 0
+    assert client.get("/studies/served/trials", params={"sort": "colour"}).status_code == 422
+    assert client.get("/studies/absent/trials").status_code == 404
+
+
+def test_one_trial_with_its_learning_curve(service):
+    client, _ = service
+    trial_id = client.get("/studies/served/trials").json()["items"][0]["trial_id"]
+    detail = client.get(f"/trials/{trial_id}").json()
     assert [turn["turn"] for turn in detail["learning_curve"]] == [1, 2, 3]
     assert min(turn["val_loss"] for turn in detail["learning_curve"]) == detail["value"]
     assert client.get("/trials/99999").status_code == 404
 
 
-def test_pareto_figure_has_one_trace_per_family_and_the_front(service):
+@pytest.mark.parametrize("axis, column", [("params", "parameter_count"), ("wall_seconds", "wall_seconds")])
+def test_pareto_figure_and_front(service, axis, column):
     client, _ = service
-    trials = client.get("/studies/served/trials").json()
-    figure = client.get("/studies/served/pareto").json()
-    traces = {trace["name"]: trace for trace in figure["data"]}
+    trials = client.get("/studies/served/trials").json()["items"]
+    body = client.get("/studies/served/pareto", params={"x": axis}).json()
+    traces = {trace["name"]: trace for trace in body["figure"]["data"]}
     assert set(traces) == {"lstm", "mogrifier", "non-dominated"}
     for trial in trials:
-        trace = traces[trial["family"]]
-        assert trace["x"] == [trial["parameter_count"]]
-        assert trace["y"] == pytest.approx([trial["perplexity"]])
+        assert traces[trial["family"]]["x"] == pytest.approx([trial[column]])
+        assert traces[trial["family"]]["y"] == pytest.approx([trial["perplexity"]])
     assert traces["lstm"]["marker"]["color"] != traces["mogrifier"]["marker"]["color"]
-    assert 1 <= len(traces["non-dominated"]["x"]) <= 2
-    assert figure["layout"]["yaxis"]["title"]["text"] == "validation perplexity"
+    front = body["non_dominated"]
+    assert 1 <= len(front) <= 2 and traces["non-dominated"]["x"] == pytest.approx([p["x"] for p in front])
+    for point in front:  # nothing beats a front point on both axes
+        assert not any(t[column] <= point["x"] and t["perplexity"] < point["perplexity"] for t in trials)
+    assert body["figure"]["layout"]["yaxis"]["title"]["text"] == "validation perplexity"
+    assert client.get("/studies/served/pareto", params={"x": "colour"}).status_code == 422
 
 
 def test_checkpoint_download_matches_its_checksum_and_loads(service, tmp_path):
-    client, settings = service
-    trial = client.get("/studies/served/trials").json()[0]
+    client, _ = service
+    trial = client.get("/studies/served/trials").json()["items"][0]
     response = client.get(trial["checkpoint"]["url"])
     assert response.status_code == 200
     digest = hashlib.sha256(response.content).hexdigest()
@@ -129,7 +144,7 @@ def test_checkpoint_download_matches_its_checksum_and_loads(service, tmp_path):
 
 def test_checkpoint_paths_cannot_leave_the_artifact_store(service):
     client, settings = service
-    trial_id = client.get("/studies/served/trials").json()[0]["trial_id"]
+    trial_id = client.get("/studies/served/trials").json()["items"][0]["trial_id"]
     outside = Path(settings.artifact_root).parent / "secret.txt"
     outside.write_text("not yours")
     with sessions(settings.storage_url).begin() as session:
@@ -152,13 +167,19 @@ def test_invalid_submissions_are_422_with_fields_and_lines(service):
     assert bad.splitlines()[issue["line"] - 1].strip().startswith("sampler:")
     broken = client.post("/studies", content="name: [unclosed\n")
     assert broken.status_code == 422 and "not valid YAML/JSON" in broken.json()["detail"][0]["message"]
+    assert client.post("/studies", content=b"\xff\xfe").status_code == 422
     assert client.post("/studies", content=b"x" * 300_000).status_code == 413
+
+    def chunks():  # no Content-Length: the limit still holds
+        for _ in range(300):
+            yield b"x" * 1024
+
+    assert client.post("/studies", content=chunks()).status_code == 413
 
 
 def test_submitted_study_is_queued_then_run_by_a_worker(service):
     client, settings = service
-    document = {**TINY_SPEC, "name": "submitted", "families": ["lstm"], "fixed": {"num_layers": 1},
-                "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}}
+    document = {**TINY_SPEC, **ONE_FAMILY, "name": "submitted"}
     response = client.post("/studies", content=json.dumps(document), headers={"content-type": "application/json"})
     assert response.status_code == 202
     assert response.json() == {"name": "submitted", "status": "queued", "url": "/studies/submitted"}
@@ -169,7 +190,56 @@ def test_submitted_study_is_queued_then_run_by_a_worker(service):
 
     study = client.get("/studies/submitted").json()
     assert study["status"] == "complete" and study["counts"]["COMPLETE"] == 1
-    assert client.get("/studies/submitted/trials").json()[0]["checkpoint"] is not None
+    assert client.get("/studies/submitted/trials").json()["items"][0]["checkpoint"] is not None
+
+
+def test_cancel_a_queued_study(service):
+    client, _ = service
+    assert client.post("/studies", content=json.dumps({**TINY_SPEC, **ONE_FAMILY, "name": "never"})).status_code == 202
+    assert client.post("/studies/never/cancel").json() == {"name": "never", "status": "cancelled"}
+    assert client.get("/studies/never").json()["status"] == "cancelled"
+    assert client.post("/studies/never/cancel").status_code == 409
+    assert client.post("/studies/served/cancel").status_code == 409  # complete
+    assert client.post("/studies/absent/cancel").status_code == 404
+
+
+def test_cancel_a_running_study_stops_its_trials(service):
+    client, settings = service
+    slow = {**TINY_SPEC, **ONE_FAMILY, "name": "cancelled",
+            "training": {**TINY_SPEC["training"], "steps_per_turn": 3000},
+            "tuning": {"sampler": "random", "trials": 3, "concurrency": 1}}
+    assert client.post("/studies", content=json.dumps(slow)).status_code == 202
+    worker = threading.Thread(target=run_worker, args=(settings,), kwargs={"once": True})
+    worker.start()
+    deadline = time.monotonic() + 120
+    while client.get("/studies/cancelled").json()["counts"]["RUNNING"] == 0:
+        assert time.monotonic() < deadline, "the trial did not start"
+        time.sleep(0.5)
+    assert client.post("/studies/cancelled/cancel").json()["status"] == "cancelling"
+    assert client.delete("/studies/cancelled").status_code == 409  # still stopping
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    study = client.get("/studies/cancelled").json()
+    assert study["status"] == "cancelled" and study["counts"]["RUNNING"] == 0
+    (trial,) = client.get("/studies/cancelled/trials").json()["items"]
+    assert trial["state"] == "FAIL" and trial["fail_reason"] == "cancelled by the user"
+    with sessions(settings.storage_url)() as session:
+        assert session.get(TrialRecord, trial["trial_id"]).interrupted  # a resume would run it again
+
+
+def test_delete_a_study_with_its_trials_and_files(service):
+    client, settings = service
+    launch(settings, **ONE_FAMILY, name="doomed")
+    folder = Path(settings.artifact_root) / "doomed"
+    trial_id = client.get("/studies/doomed/trials").json()["items"][0]["trial_id"]
+    assert folder.is_dir()
+    assert client.delete("/studies/doomed").status_code == 204
+    assert client.get("/studies/doomed").status_code == 404
+    assert client.get(f"/trials/{trial_id}").status_code == 404
+    assert not folder.exists()
+    assert "doomed/lstm" not in [s.study_name for s in optuna.get_all_study_summaries(settings.storage_url)]
+    assert client.delete("/studies/doomed").status_code == 404
+    assert client.get("/studies/served").status_code == 200  # others untouched
 
 
 def test_dashboard_pages_render(service):
@@ -179,8 +249,7 @@ def test_dashboard_pages_render(service):
     page = client.get("/dashboard/studies/served")
     assert page.status_code == 200
     assert 'data-src="/studies/served/pareto"' in page.text
-    trials = client.get("/studies/served/trials").json()
-    for trial in trials:
+    for trial in client.get("/studies/served/trials").json()["items"]:
         assert f'href="/trials/{trial["trial_id"]}/checkpoint"' in page.text
         assert f"{trial['perplexity']:.3f}" in page.text
     assert "best possible perplexity" in page.text
@@ -193,6 +262,6 @@ def test_openapi_documents_every_endpoint(service):
     client, _ = service
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/studies", "/studies/{name}", "/studies/{name}/trials", "/studies/{name}/pareto",
-            "/trials/{trial_id}", "/trials/{trial_id}/checkpoint", "/health"} <= set(paths)
-    assert "post" in paths["/studies"]
+            "/studies/{name}/cancel", "/trials/{trial_id}", "/trials/{trial_id}/checkpoint", "/health"} <= set(paths)
+    assert {"get", "delete"} <= set(paths["/studies/{name}"]) and "post" in paths["/studies"]
     assert client.get("/docs").status_code == 200

@@ -90,6 +90,12 @@ def test_launch_then_status_and_list(tmp_path):
     missing = tuner("status", "nope", cwd=tmp_path)
     assert missing.returncode == 1 and "no study named 'nope'" in missing.stderr
 
+    ended = tuner("cancel", "cli-study", cwd=tmp_path)
+    assert ended.returncode == 2 and "only queued or running studies can be cancelled" in ended.stderr
+    assert tuner("delete", "cli-study", "--yes", cwd=tmp_path).returncode == 0
+    assert tuner("status", "cli-study", cwd=tmp_path).returncode == 1
+    assert not (tmp_path / "home" / "artifacts" / "cli-study").exists()
+
 
 def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
     import optuna

@@ -96,7 +96,8 @@ def test_trials_left_running_by_a_dead_controller_are_failed_and_replaced(ray_cl
     zombie = optuna.create_study(study_name="tiny/lstm", storage=storage).ask()
     with sessions(sqlite_url).begin() as session:
         session.add(StudyRecord(name="tiny", status="running", spec=spec.model_dump(mode="json"), document=document,
-                                submitted_via="cli", controller=f"{socket.gethostname()}:999999999"))
+                                families=",lstm,", submitted_via="cli",
+                                controller=f"{socket.gethostname()}:999999999"))
         session.add(TrialRecord(trial_id=zombie._trial_id, study_name="tiny", family="lstm", number=0,
                                 hidden_size=1, parameter_count=1, seed=0))
 

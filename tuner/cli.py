@@ -134,7 +134,7 @@ def list_command(storage: Storage = None, json_output: JsonOutput = False) -> No
     from tuner.results import list_studies
 
     settings = _settings_for_reading(storage)
-    studies = list_studies(settings.storage_url)
+    studies = list_studies(settings.storage_url).items
     if json_output:
         print(json.dumps([StudyOut.of(s).model_dump(mode="json") for s in studies], indent=2))
         return
@@ -195,7 +195,7 @@ def export(
     if get_study(settings.storage_url, name) is None:
         errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
         raise typer.Exit(1)
-    table = trials_table(study_trials(settings.storage_url, name))
+    table = trials_table(study_trials(settings.storage_url, name).items)
     text = table.to_csv(index=False) if output_format == "csv" else table.to_json(orient="records", indent=2,
                                                                                  date_format="iso")
     if output is None:
@@ -206,6 +206,92 @@ def export(
 
 
 @app.command()
+def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Storage = None) -> None:
+    """Cancel a study: a queued one at once, a running one within seconds (its running trials stop, are
+    marked failed and interrupted, and run again if the study is resumed)."""
+    from tuner.lifecycle import StudyStateError, cancel_study
+
+    settings = _settings_for_reading(storage)
+    try:
+        console.print(f"{name}: {cancel_study(settings.storage_url, name)}")
+    except KeyError:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(1) from None
+    except StudyStateError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from error
+
+
+@app.command()
+def delete(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
+    from tuner.lifecycle import StudyStateError, delete_study
+
+    settings = Settings.from_options(storage, artifacts)
+    _settings_for_reading(storage)
+    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints?"):
+        raise typer.Exit(1)
+    try:
+        delete_study(settings.storage_url, name, settings.artifact_root)
+    except KeyError:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(1) from None
+    except StudyStateError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from error
+    console.print(f"deleted {name}")
+
+
+token_app = typer.Typer(help="Bearer tokens for the REST API: once one exists, every write needs one.",
+                        no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(name: Annotated[str, typer.Argument(help="who or what the token is for")],
+                 storage: Storage = None) -> None:
+    """Create a token and print it (it is stored hashed: this is the only time it is shown)."""
+    from tuner.tokens import TokenError, create_token
+
+    settings = _settings_for_reading(storage)
+    try:
+        print(create_token(settings.storage_url, name))
+    except TokenError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from error
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: Storage = None) -> None:
+    """Revoke a token; requests carrying it are refused from now on."""
+    from tuner.tokens import TokenError, revoke_token
+
+    settings = _settings_for_reading(storage)
+    try:
+        revoke_token(settings.storage_url, name)
+    except TokenError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from error
+    console.print(f"revoked {name}")
+
+
+@token_app.command("list")
+def token_list(storage: Storage = None) -> None:
+    """Tokens by name, with when they were created and revoked."""
+    from tuner.tokens import list_tokens
+
+    table = Table("name", "created", "revoked")
+    for token in list_tokens(_settings_for_reading(storage).storage_url):
+        table.add_row(token.name, str(token.created_at), str(token.revoked_at or "-"))
+    console.print(table)
+
+
+@app.command()
 def serve(
     storage: Storage = None,
     artifacts: Artifacts = None,
@@ -213,13 +299,15 @@ def serve(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     worker: Annotated[bool, typer.Option(
         "--worker/--no-worker", help="also start a worker that runs studies submitted over REST")] = True,
+    private_reads: Annotated[bool, typer.Option(
+        "--private-reads", help="reads need a bearer token too (once any token exists)")] = False,
 ) -> None:
     """Serve the REST API (OpenAPI at /docs) and the dashboard (at /dashboard)."""
     import uvicorn
 
     from api.app import create_app
 
-    settings = Settings.from_options(storage, artifacts)
+    settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
     runner = None
     if worker:
         runner = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--storage", settings.storage_url,
@@ -254,17 +342,16 @@ def worker(
 
 
 def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> bool:
-    from api.schemas import StudyDetailOut
-    from tuner.results import get_study, study_trials
+    from api.schemas import StudyDetailOut, TrialOut
+    from tuner.results import best_trials, family_counts, get_study, study_trials
 
-    study = get_study(settings.storage_url, name)
+    url = settings.storage_url
+    study = get_study(url, name)
     if study is None:
         return False
-    trials = study_trials(settings.storage_url, name)
     if as_json:
         payload = StudyDetailOut.of(study).model_dump(mode="json")
-        payload["trials"] = [{"trial_id": t.trial_id, "family": t.family, "number": t.number, "state": t.state,
-                              "value": t.value, "params": t.params} for t in trials]
+        payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in study_trials(url, name).items]
         print(json.dumps(payload, indent=2))
         return True
     known = (f", best possible perplexity {study.best_possible_perplexity:.3f}"
@@ -272,26 +359,26 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
     console.print(f"\n[bold]{study.name}[/bold] ({study.status}) budget {study.parameter_budget:,} parameters{known}")
     if study.error:
         console.print(f"[red]{study.error}[/red]")
+    counts, best = family_counts(url, name), best_trials(url, name)
     per_family = Table("family", "complete", "pruned", "failed", "running", "best val ppl", "best trial")
     for family in study.families:
-        own = [t for t in trials if t.family == family]
-        done = [t for t in own if t.value is not None]
-        best = min(done, key=lambda t: t.value) if done else None
-        per_family.add_row(family, *(str(sum(t.state == s for t in own)) for s in ("COMPLETE", "PRUNED", "FAIL",
-                                                                                     "RUNNING")),
-                           f"{best.perplexity:.3f}" if best else "-", f"#{best.number}" if best else "-")
+        top = best[family]
+        per_family.add_row(family, *(str(counts[family][s]) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+                           f"{top.perplexity:.3f}" if top else "-", f"#{top.number}" if top else "-")
     console.print(per_family)
-    ranked = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)[:5]
+    ranked = study_trials(url, name, state="COMPLETE", sort="value", limit=5).items
     if ranked:
-        top = Table("rank", "family", "trial", "val ppl", "parameters", "hidden", "hyperparameters")
+        table = Table("rank", "family", "trial", "val ppl", "parameters", "hidden", "hyperparameters")
         for rank, trial in enumerate(ranked, 1):
             params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
-            top.add_row(str(rank), trial.family, f"#{trial.number}", f"{trial.perplexity:.3f}",
-                        f"{trial.parameter_count:,}", str(trial.hidden_size), params)
-        console.print(top)
-    for trial in trials:
-        if trial.fail_reason:
-            console.print(f"[red]{trial.family}#{trial.number} failed: {trial.fail_reason}[/red]")
+            table.add_row(str(rank), trial.family, f"#{trial.number}", f"{trial.perplexity:.3f}",
+                          f"{trial.parameter_count:,}", str(trial.hidden_size), params)
+        console.print(table)
+    failed = study_trials(url, name, state="FAIL", limit=10)
+    for trial in failed.items:
+        console.print(f"[red]{trial.family}#{trial.number} failed: {trial.fail_reason}[/red]")
+    if failed.total > len(failed.items):
+        console.print(f"[red]... and {failed.total - len(failed.items)} more failed trials[/red]")
     return True
 
 

@@ -22,7 +22,9 @@ from sqlalchemy import select
 
 from models import count_parameters
 from trainers import load_corpus
-from tuner.db import StudyRecord, TrialRecord, ensure_schema, optuna_storage, sessions, utcnow
+from tuner.cancellation import CancellationStopper, CancellationWatch
+from tuner.db import StudyRecord, TrialRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
+from tuner.lifecycle import CANCELLED_REASON, cancel_requested
 from tuner.recorder import StudyRecorder
 from tuner.search import OBJECTIVE, StudySearcher
 from tuner.settings import Settings
@@ -69,14 +71,16 @@ def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) ->
     with sessions(url).begin() as session:
         record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name).with_for_update())
         if record is None:
-            record = StudyRecord(name=spec.name, spec=spec_data, document=document, submitted_via=submitted_via)
+            record = StudyRecord(name=spec.name, spec=spec_data, families=families_column(spec.families),
+                                 document=document, submitted_via=submitted_via)
             session.add(record)
         elif record.spec != spec_data:
             raise StudyConflict(
                 f"name: a study named {spec.name!r} already exists with a different spec; "
                 f"give this one a new name (a relaunch continues a study only when the spec is identical)"
             )
-        elif record.status == "running" and record.controller and controller_alive(record.controller):
+        elif record.status in ("running", "cancelling") and record.controller and \
+                controller_alive(record.controller):
             raise StudyConflict(f"study {spec.name!r} is being run by process {record.controller}")
         record.status = "running"
         record.controller = this_controller()
@@ -97,9 +101,13 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
         _fail_interrupted_trials(url, spec)
         for family in spec.families:
             remaining = spec.tuning.trials - _counted_trials(url, spec, family)
-            if remaining > 0:
+            if remaining > 0 and not cancel_requested(url, spec.name):
                 _connect_ray(settings)
                 _tune_family(spec, family, remaining, vocab_size, settings, callbacks)
+        if cancel_requested(url, spec.name):
+            _fail_interrupted_trials(url, spec, CANCELLED_REASON)  # those stopped before their first report
+            _finish(url, spec.name, "cancelled", CANCELLED_REASON)
+            return "cancelled"
         missing = sum(max(0, spec.tuning.trials - _counted_trials(url, spec, f)) for f in spec.families)
     except BaseException as error:
         _fail_interrupted_trials(url, spec)
@@ -126,6 +134,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
         study_name=study_name,
         storage=storage,
         on_new_trial=TrialRegistrar(spec, family, vocab_size, url),
+        cancellation=CancellationWatch(url, spec.name),
         points_to_evaluate=[] if _has_trials(storage, study_name) else initial_points(spec, family),
     )
     job = {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
@@ -140,6 +149,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
         run_config=tune.RunConfig(
             name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(settings.ray_results),
+            stop=CancellationStopper(CancellationWatch(url, spec.name)),
             verbose=0,
             callbacks=[StudyRecorder(url), *callbacks],
         ),
@@ -193,8 +203,10 @@ def _counted_trials(url: str, spec: StudySpec, family: str) -> int:
     return len(finished - interrupted)
 
 
-def _fail_interrupted_trials(url: str, spec: StudySpec) -> None:
-    """Trials left RUNNING by a controller that stopped are failed explicitly, never left as zombies."""
+def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTED_REASON) -> None:
+    """Trials left RUNNING by a controller that stopped are failed explicitly, never left as zombies.
+
+    They are marked interrupted, so they do not count against the trial budget and are run again."""
     storage = optuna_storage(url)
     for family in spec.families:
         try:
@@ -206,7 +218,7 @@ def _fail_interrupted_trials(url: str, spec: StudySpec) -> None:
             with sessions(url).begin() as session:
                 record = session.get(TrialRecord, trial._trial_id)
                 if record is not None:
-                    record.fail_reason, record.interrupted = INTERRUPTED_REASON, True
+                    record.fail_reason, record.interrupted = reason, True
 
 
 def _finish(url: str, name: str, status: str, error: str | None) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy import JSON, DateTime, Engine, Float, Integer, String, Text, Uni
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-STUDY_STATUSES = ("queued", "running", "complete", "failed")
+STUDY_STATUSES = ("queued", "running", "cancelling", "cancelled", "complete", "failed")
 
 
 def utcnow() -> datetime:
@@ -35,6 +35,7 @@ class StudyRecord(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    families: Mapped[str] = mapped_column(String(256))  # ",lstm,mogrifier,": filterable with LIKE everywhere
     document: Mapped[str] = mapped_column(Text)
     submitted_via: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -59,6 +60,8 @@ class TrialRecord(Base):
     seed: Mapped[int] = mapped_column(Integer)
     fail_reason: Mapped[str | None] = mapped_column(Text)
     interrupted: Mapped[bool] = mapped_column(default=False)  # failed because its controller stopped
+    turns_reported: Mapped[int] = mapped_column(Integer, default=0)
+    wall_seconds: Mapped[float | None] = mapped_column(Float)  # training time up to the last report
 
 
 class TurnRecord(Base):
@@ -88,6 +91,22 @@ class CheckpointRecord(Base):
     val_loss: Mapped[float] = mapped_column(Float)
     turn: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token for the REST API; only its SHA-256 is stored."""
+
+    __tablename__ = "lmt_api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+def families_column(families: list[str]) -> str:
+    return "," + ",".join(families) + ","
 
 
 def normalize_url(url: str) -> str:

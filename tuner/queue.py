@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from tuner.controller import StudyConflict, controller_alive, run_claimed_study, this_controller
-from tuner.db import StudyRecord, ensure_schema, sessions, utcnow
+from tuner.db import StudyRecord, ensure_schema, families_column, sessions, utcnow
 from tuner.settings import Settings
 from tuner.spec import StudySpec
 
@@ -21,7 +21,8 @@ def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = 
     try:
         with sessions(url).begin() as session:
             session.add(StudyRecord(name=spec.name, status="queued", spec=spec.model_dump(mode="json"),
-                                    document=document, submitted_via=submitted_via))
+                                    families=families_column(spec.families), document=document,
+                                    submitted_via=submitted_via))
     except IntegrityError as error:
         raise StudyConflict(f"name: a study named {spec.name!r} already exists; choose another name") from error
 

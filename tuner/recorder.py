@@ -28,6 +28,9 @@ class StudyRecorder(Callback):
             session.execute(delete(TurnRecord).where(TurnRecord.trial_id == trial_id,
                                                      TurnRecord.turn == result["turn"]))
             session.add(TurnRecord(trial_id=trial_id, **{name: result[name] for name in TURN_FIELDS}))
+            record = session.get(TrialRecord, trial_id)
+            if record is not None:
+                record.turns_reported, record.wall_seconds = result["turn"], result["wall_seconds"]
             if "checkpoint_path" in result:
                 session.merge(CheckpointRecord(
                     trial_id=trial_id,

@@ -1,23 +1,51 @@
-"""Read models of studies and trials, joined from Optuna's tables and the project's own.
+"""Read models of studies and trials, queried from Optuna's tables and the project's own in SQL.
 
-The CLI, the API and the dashboard read through here, so they always agree.
+The CLI, the API and the dashboard read through here, so they always agree. Every query is paged
+or aggregated in the database: a study of thousands of trials is never loaded whole to answer one
+page.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, Generic, Literal, TypeVar
 
 import pandas as pd
-from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import func, select
+from optuna.distributions import json_to_distribution
+from optuna.storages._rdb.models import (  # Optuna's own table definitions, so queries follow its schema
+    StudyModel,
+    TrialModel,
+    TrialParamModel,
+    TrialUserAttributeModel,
+    TrialValueModel,
+)
+from optuna.trial import TrialState
+from sqlalchemy import and_, case, func, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, optuna_storage, sessions
-from tuner.space import optuna_study_name
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, sessions
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
+TRIAL_SORTS = ("number", "value", "family", "state", "started")
+
+_trials = TrialModel.__table__
+_studies = StudyModel.__table__
+_values = TrialValueModel.__table__
+_params = TrialParamModel.__table__
+_user_attributes = TrialUserAttributeModel.__table__
+
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class Page(Generic[Item]):
+    items: list[Item]
+    total: int
+    limit: int | None
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +71,7 @@ class TrialView:
     seed: int | None
     fail_reason: str | None
     turns_reported: int
+    wall_seconds: float | None
     last_value: float | None
     checkpoint: CheckpointView | None
     started_at: datetime | None
@@ -71,10 +100,6 @@ class StudyView:
     best: TrialView | None = None
 
     @property
-    def best_possible_perplexity(self) -> float | None:
-        return None if self.best_possible_loss is None else math.exp(self.best_possible_loss)
-
-    @property
     def trials_expected(self) -> int:
         return self.trials_per_family * len(self.families)
 
@@ -82,53 +107,102 @@ class StudyView:
     def trials_finished(self) -> int:
         return sum(self.counts.get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL"))
 
+    @property
+    def best_possible_perplexity(self) -> float | None:
+        return None if self.best_possible_loss is None else math.exp(self.best_possible_loss)
 
-def list_studies(url: str) -> list[StudyView]:
+
+def list_studies(url: str, *, status: str | None = None, family: str | None = None, name_contains: str | None = None,
+                 limit: int | None = None, offset: int = 0) -> Page[StudyView]:
+    """Studies, newest first, filtered and paged in the database."""
+    query = select(StudyRecord)
+    if status:
+        query = query.where(StudyRecord.status == status)
+    if family:
+        query = query.where(StudyRecord.families.contains(f",{family},", autoescape=True))
+    if name_contains:
+        query = query.where(StudyRecord.name.contains(name_contains, autoescape=True))
     with sessions(url)() as session:
-        records = session.scalars(select(StudyRecord).order_by(StudyRecord.created_at.desc())).all()
-    return [_study_view(record, study_trials(url, record.name)) for record in records]
+        total = session.scalar(select(func.count()).select_from(query.subquery()))
+        records = session.scalars(query.order_by(StudyRecord.created_at.desc(), StudyRecord.id.desc())
+                                  .limit(limit).offset(offset)).all()
+        counts = _state_counts(session, records)
+        best = _best_trials(session, records)
+    views = [_study_view(r, counts.get(r.name, {}), best.get(r.name)) for r in records]
+    return Page(views, total, limit, offset)
 
 
 def get_study(url: str, name: str) -> StudyView | None:
     with sessions(url)() as session:
         record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
-    return None if record is None else _study_view(record, study_trials(url, name))
-
-
-def study_trials(url: str, name: str) -> list[TrialView]:
-    """Every trial of a study, all families, ordered by family then trial number."""
-    with sessions(url)() as session:
-        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
         if record is None:
-            return []
-        extras = {r.trial_id: r for r in session.scalars(select(TrialRecord).where(TrialRecord.study_name == name))}
-        ids = list(extras)
-        checkpoints = {c.trial_id: c for c in session.scalars(
-            select(CheckpointRecord).where(CheckpointRecord.trial_id.in_(ids)))}
-        turns = dict(session.execute(
-            select(TurnRecord.trial_id, func.count()).where(TurnRecord.trial_id.in_(ids)).group_by(TurnRecord.trial_id)
-        ).all())
-    storage = optuna_storage(url)
-    views = []
-    for family in record.spec["families"]:
-        for trial in _optuna_trials(storage, optuna_study_name(name, family)):
-            trial_id = trial._trial_id
-            views.append(_trial_view(name, family, trial, extras.get(trial_id), checkpoints.get(trial_id),
-                                     turns.get(trial_id, 0)))
-    return views
+            return None
+        counts = _state_counts(session, [record])
+        best = _best_trials(session, [record])
+    return _study_view(record, counts.get(name, {}), best.get(name))
+
+
+def study_trials(
+    url: str,
+    name: str,
+    *,
+    state: str | None = None,
+    family: str | None = None,
+    sort: Literal["number", "value", "family", "state", "started"] = "number",
+    descending: bool = False,
+    limit: int | None = None,
+    offset: int = 0,
+) -> Page[TrialView]:
+    """A study's trials, filtered, sorted and paged in the database (limit None: all of them)."""
+    query = _trial_query().where(TrialRecord.study_name == name)
+    if state:
+        query = query.where(_trials.c.state == TrialState[state])
+    if family:
+        query = query.where(TrialRecord.family == family)
+    order = {
+        "number": [TrialRecord.family, TrialRecord.number],
+        "value": [_value_column().is_(None), _value_column()],  # unfinished trials last
+        "family": [TrialRecord.family, TrialRecord.number],
+        "state": [_trials.c.state, TrialRecord.family, TrialRecord.number],
+        "started": [_trials.c.datetime_start],
+    }[sort]
+    if descending:
+        order = [column.desc() for column in order]
+    with sessions(url)() as session:
+        total = session.scalar(select(func.count()).select_from(query.subquery()))
+        rows = session.execute(query.order_by(*order, TrialRecord.trial_id).limit(limit).offset(offset)).all()
+        views = _trial_views(session, rows)
+    return Page(views, total, limit, offset)
 
 
 def get_trial(url: str, trial_id: int) -> TrialView | None:
     with sessions(url)() as session:
-        extra = session.get(TrialRecord, trial_id)
-    if extra is None:
-        return None
-    return next((t for t in study_trials(url, extra.study_name) if t.trial_id == trial_id), None)
+        row = session.execute(_trial_query().where(TrialRecord.trial_id == trial_id)).first()
+        return None if row is None else _trial_views(session, [row])[0]
+
+
+def pareto_frame(url: str, name: str) -> pd.DataFrame:
+    """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded)."""
+    with sessions(url)() as session:
+        gpus = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))
+        gpus_per_trial = (gpus or {}).get("resources", {}).get("gpus_per_trial", 0.0)
+        rows = session.execute(
+            select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, _values.c.value,
+                   TrialRecord.parameter_count, TrialRecord.wall_seconds)
+            .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
+            .join(_values, and_(_values.c.trial_id == TrialRecord.trial_id, _values.c.objective == 0))
+            .where(TrialRecord.study_name == name, _trials.c.state == TrialState.COMPLETE)
+        ).all()
+    frame = pd.DataFrame(rows, columns=["trial_id", "family", "number", "value", "parameter_count", "wall_seconds"])
+    frame["perplexity"] = frame["value"].map(math.exp)
+    frame["gpu_seconds"] = frame["wall_seconds"] * gpus_per_trial  # GPU time reserved for the trial
+    return frame
 
 
 def trials_frame(trials: list[TrialView]) -> pd.DataFrame:
     """One row per trial with the columns the figures plot."""
-    columns = ["trial_id", "family", "number", "state", "value", "perplexity", "parameter_count", "hidden_size"]
+    columns = ["trial_id", "family", "number", "state", "value", "perplexity", "parameter_count", "hidden_size",
+               "wall_seconds"]
     return pd.DataFrame([{name: getattr(trial, name) for name in columns} for trial in trials], columns=columns)
 
 
@@ -138,11 +212,24 @@ def trials_table(trials: list[TrialView]) -> pd.DataFrame:
     for trial in trials:
         row = {name: getattr(trial, name) for name in (
             "trial_id", "family", "number", "state", "value", "perplexity", "last_value", "parameter_count",
-            "hidden_size", "seed", "turns_reported", "started_at", "finished_at", "fail_reason")}
+            "hidden_size", "seed", "turns_reported", "wall_seconds", "started_at", "finished_at", "fail_reason")}
         row |= {f"param.{key}": value for key, value in trial.params.items()}
         row["checkpoint"] = trial.checkpoint.path if trial.checkpoint else None
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def family_counts(url: str, name: str) -> dict[str, dict[str, int]]:
+    """Trials per state for each family of a study (every state present, zeros included)."""
+    with sessions(url)() as session:
+        families = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))["families"]
+        counts = {family: dict.fromkeys(TRIAL_STATES, 0) for family in families}
+        for family, state, count in session.execute(
+                select(TrialRecord.family, _trials.c.state, func.count())
+                .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
+                .where(TrialRecord.study_name == name).group_by(TrialRecord.family, _trials.c.state)):
+            counts[family][state.name] = count
+    return counts
 
 
 def best_trials(url: str, name: str) -> dict[str, TrialView | None] | None:
@@ -150,9 +237,8 @@ def best_trials(url: str, name: str) -> dict[str, TrialView | None] | None:
     study = get_study(url, name)
     if study is None:
         return None
-    trials = study_trials(url, name)
-    return {family: min((t for t in trials if t.family == family and t.value is not None),
-                        key=lambda t: t.value, default=None) for family in study.families}
+    return {family: next(iter(study_trials(url, name, state="COMPLETE", family=family, sort="value",
+                                           limit=1).items), None) for family in study.families}
 
 
 def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
@@ -161,42 +247,87 @@ def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
                                     .order_by(TurnRecord.turn)))
 
 
-def _optuna_trials(storage, optuna_name: str) -> list[FrozenTrial]:
-    try:
-        study_id = storage.get_study_id_from_name(optuna_name)
-    except KeyError:
-        return []  # not started yet
-    return storage.get_all_trials(study_id, deepcopy=False)
+def _value_column():
+    return case((_trials.c.state == TrialState.COMPLETE, _values.c.value), else_=None)
 
 
-def _trial_view(study: str, family: str, trial: FrozenTrial, extra: TrialRecord | None,
-                checkpoint: CheckpointRecord | None, turns: int) -> TrialView:
-    return TrialView(
-        trial_id=trial._trial_id,
-        study=study,
-        family=family,
-        number=trial.number,
-        state=trial.state.name,
-        value=trial.value if trial.state == TrialState.COMPLETE else None,
-        params=dict(trial.params),
-        hidden_size=extra.hidden_size if extra else None,
-        parameter_count=extra.parameter_count if extra else None,
-        seed=extra.seed if extra else None,
-        fail_reason=extra.fail_reason if extra else None,
-        turns_reported=turns,
-        last_value=trial.user_attrs.get("last_value"),
-        checkpoint=None if checkpoint is None else CheckpointView(
-            checkpoint.path, checkpoint.size_bytes, checkpoint.sha256, checkpoint.val_loss, checkpoint.turn),
-        started_at=trial.datetime_start,
-        finished_at=trial.datetime_complete,
+def _trial_query():
+    return (
+        select(TrialRecord, _trials.c.state, _value_column().label("value"), _trials.c.datetime_start,
+               _trials.c.datetime_complete, CheckpointRecord)
+        .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
+        .outerjoin(_values, and_(_values.c.trial_id == TrialRecord.trial_id, _values.c.objective == 0))
+        .outerjoin(CheckpointRecord, CheckpointRecord.trial_id == TrialRecord.trial_id)
     )
 
 
-def _study_view(record: StudyRecord, trials: list[TrialView]) -> StudyView:
-    counts = {state: 0 for state in TRIAL_STATES}
-    for trial in trials:
-        counts[trial.state] = counts.get(trial.state, 0) + 1
-    complete = [t for t in trials if t.value is not None]
+def _trial_views(session, rows) -> list[TrialView]:
+    ids = [row[0].trial_id for row in rows]
+    params: dict[int, dict[str, Any]] = {trial_id: {} for trial_id in ids}
+    for trial_id, param_name, param_value, distribution in session.execute(
+            select(_params.c.trial_id, _params.c.param_name, _params.c.param_value, _params.c.distribution_json)
+            .where(_params.c.trial_id.in_(ids)).order_by(_params.c.param_id)):
+        params[trial_id][param_name] = _distribution(distribution).to_external_repr(param_value)
+    last_values = dict(session.execute(
+        select(_user_attributes.c.trial_id, _user_attributes.c.value_json)
+        .where(_user_attributes.c.trial_id.in_(ids), _user_attributes.c.key == "last_value")).all())
+    views = []
+    for record, state, value, started, finished, checkpoint in rows:
+        views.append(TrialView(
+            trial_id=record.trial_id,
+            study=record.study_name,
+            family=record.family,
+            number=record.number,
+            state=state.name,
+            value=value,
+            params=params[record.trial_id],
+            hidden_size=record.hidden_size,
+            parameter_count=record.parameter_count,
+            seed=record.seed,
+            fail_reason=record.fail_reason,
+            turns_reported=record.turns_reported,
+            wall_seconds=record.wall_seconds,
+            last_value=json.loads(last_values[record.trial_id]) if record.trial_id in last_values else None,
+            checkpoint=None if checkpoint is None else CheckpointView(
+                checkpoint.path, checkpoint.size_bytes, checkpoint.sha256, checkpoint.val_loss, checkpoint.turn),
+            started_at=_utc(started),
+            finished_at=_utc(finished),
+        ))
+    return views
+
+
+@lru_cache(maxsize=1024)
+def _distribution(distribution_json: str):
+    return json_to_distribution(distribution_json)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return None if moment is None else moment.replace(tzinfo=UTC)  # Optuna stores naive UTC
+
+
+def _state_counts(session, records: list[StudyRecord]) -> dict[str, dict[str, int]]:
+    names = [r.name for r in records]
+    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(TRIAL_STATES, 0) for name in names}
+    for study, state, count in session.execute(
+            select(TrialRecord.study_name, _trials.c.state, func.count())
+            .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
+            .where(TrialRecord.study_name.in_(names)).group_by(TrialRecord.study_name, _trials.c.state)):
+        counts[study][state.name] = count
+    return counts
+
+
+def _best_trials(session, records: list[StudyRecord]) -> dict[str, TrialView]:
+    best = {}
+    for record in records:
+        row = session.execute(_trial_query().where(TrialRecord.study_name == record.name,
+                                                   _trials.c.state == TrialState.COMPLETE)
+                              .order_by(_values.c.value, TrialRecord.trial_id).limit(1)).first()
+        if row is not None:
+            best[record.name] = _trial_views(session, [row])[0]
+    return best
+
+
+def _study_view(record: StudyRecord, counts: dict[str, int], best: TrialView | None) -> StudyView:
     spec = record.spec
     return StudyView(
         name=record.name,
@@ -211,6 +342,7 @@ def _study_view(record: StudyRecord, trials: list[TrialView]) -> StudyView:
         error=record.error,
         best_possible_loss=record.best_possible_loss,
         spec=spec,
-        counts=counts,
-        best=min(complete, key=lambda t: t.value) if complete else None,
+        counts={**dict.fromkeys(TRIAL_STATES, 0), **counts},
+        best=best,
     )
+

@@ -3,7 +3,8 @@
 Ray's OptunaSearch marks every trial that returned a metric COMPLETE — also one that a scheduler
 stopped early or that crashed after reporting. Here only a trial that ran all its turns is
 COMPLETE; one stopped early is PRUNED (its last value kept as the user attribute `last_value`);
-one that raised is FAIL and never feeds the sampler a number.
+one that raised is FAIL and never feeds the sampler a number; one stopped because the study was
+cancelled is FAIL too, marked interrupted so that resuming the study runs it again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
+
+from tuner.cancellation import CancellationWatch
 
 OBJECTIVE = "best_val_loss"
 """The metric every trial reports and the study minimises: best validation cross-entropy so far."""
@@ -33,21 +36,26 @@ class StudySearcher(OptunaSearch):
         study_name: str,
         storage: optuna.storages.BaseStorage,
         on_new_trial: NewTrialHook,
+        cancellation: CancellationWatch,
         points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler, study_name=study_name,
                          storage=storage, points_to_evaluate=points_to_evaluate)
         self._family = family
         self._on_new_trial = on_new_trial
+        self._cancellation = cancellation
         self._reported_turns: dict[str, int] = {}
         self._optuna_study_id = storage.get_study_id_from_name(study_name)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         params = super().suggest(trial_id)
-        number = self._ot_trials[trial_id].number
-        optuna_trial_id = self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, number)
+        ot_trial = self._ot_trials[trial_id]
+        number, optuna_trial_id = ot_trial.number, self._optuna_trial_id(ot_trial)
         self._on_new_trial(optuna_trial_id, number, params)
         return {"params": params, "family": self._family, "number": number, "optuna_trial_id": optuna_trial_id}
+
+    def _optuna_trial_id(self, ot_trial: optuna.Trial) -> int:
+        return self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, ot_trial.number)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         super().on_trial_result(trial_id, result)
@@ -65,6 +73,9 @@ class StudySearcher(OptunaSearch):
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
         elif result and result.get("finished") and value is not None:
             self._ot_study.tell(ot_trial, value, state=TrialState.COMPLETE)
+        elif self._cancellation.requested():
+            self._cancellation.record_cancelled(self._optuna_trial_id(ot_trial))
+            self._ot_study.tell(ot_trial, state=TrialState.FAIL)
         else:
             if value is not None:
                 ot_trial.set_user_attr("last_value", value)

@@ -30,10 +30,13 @@ class Settings:
     storage_url: str
     artifact_root: Path
     ray_address: str | None = None
+    private_reads: bool = False  # API: reads need a token too (once tokens exist)
 
     @classmethod
-    def from_options(cls, storage: str | None, artifacts: Path | None, ray_address: str | None = None) -> Settings:
-        return cls(storage or default_storage(), (artifacts or default_artifacts()).absolute(), ray_address)
+    def from_options(cls, storage: str | None, artifacts: Path | None, ray_address: str | None = None,
+                     private_reads: bool = False) -> Settings:
+        return cls(storage or default_storage(), (artifacts or default_artifacts()).absolute(), ray_address,
+                   private_reads)
 
     @property
     def ray_results(self) -> Path:

@@ -1,0 +1,68 @@
+"""Changing a study's life: cancel it, delete it with its artifacts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import optuna
+from sqlalchemy import delete, select
+
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, optuna_storage, sessions, utcnow
+from tuner.space import optuna_study_name
+
+CANCELLED_REASON = "cancelled by the user"
+
+
+class StudyStateError(RuntimeError):
+    """The study is in a state that does not allow the requested change."""
+
+
+def cancel_study(url: str, name: str) -> str:
+    """Stop a study: a queued one at once, a running one as soon as its controller notices (seconds).
+
+    Returns the new status. Raises KeyError for an unknown study and StudyStateError for one that
+    has already ended.
+    """
+    with sessions(url).begin() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name).with_for_update())
+        if record is None:
+            raise KeyError(name)
+        if record.status == "queued":
+            record.status, record.finished_at, record.error = "cancelled", utcnow(), CANCELLED_REASON
+        elif record.status == "running":
+            record.status = "cancelling"
+        elif record.status != "cancelling":
+            raise StudyStateError(f"study {name!r} is {record.status}; only queued or running studies can be "
+                                  f"cancelled")
+        return record.status
+
+
+def cancel_requested(url: str, name: str) -> bool:
+    with sessions(url)() as session:
+        return session.scalar(select(StudyRecord.status).where(StudyRecord.name == name)) == "cancelling"
+
+
+def delete_study(url: str, name: str, artifact_root: Path) -> None:
+    """Remove a study, its trials (Optuna's and ours), learning curves, checkpoints and artifact folder."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+    if record is None:
+        raise KeyError(name)
+    if record.status in ("running", "cancelling"):
+        raise StudyStateError(f"study {name!r} is {record.status}; cancel it and wait until it has stopped")
+    storage = optuna_storage(url)
+    for family in record.spec["families"]:
+        try:
+            optuna.delete_study(study_name=optuna_study_name(name, family), storage=storage)
+        except KeyError:
+            pass  # this family never started
+    with sessions(url).begin() as session:
+        trial_ids = select(TrialRecord.trial_id).where(TrialRecord.study_name == name)
+        session.execute(delete(TurnRecord).where(TurnRecord.trial_id.in_(trial_ids)))
+        session.execute(delete(CheckpointRecord).where(CheckpointRecord.trial_id.in_(trial_ids)))
+        session.execute(delete(TrialRecord).where(TrialRecord.study_name == name))
+        session.execute(delete(StudyRecord).where(StudyRecord.name == name))
+    folder = (artifact_root / name).resolve()
+    if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
+        shutil.rmtree(folder, ignore_errors=True)
