@@ -247,6 +247,22 @@ def delete(
     console.print(f"deleted {name}")
 
 
+db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(storage: Storage = None) -> None:
+    """Create or migrate Optuna's and lm-tuner's tables to the installed version (safe to repeat).
+
+    Run it once before starting several workers on a new PostgreSQL database."""
+    from tuner.db import current_revision, ensure_schema
+
+    settings = Settings.from_options(storage, None)
+    ensure_schema(settings.storage_url)
+    console.print(f"{settings.storage_url}: schema at revision {current_revision(settings.storage_url)}")
+
+
 token_app = typer.Typer(help="Bearer tokens for the REST API: once one exists, every write needs one.",
                         no_args_is_help=True)
 app.add_typer(token_app, name="token")

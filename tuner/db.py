@@ -7,15 +7,39 @@ reasons. Table names start with `lmt_` so they never collide with Optuna's.
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import optuna
-from sqlalchemy import JSON, DateTime, Engine, Float, Integer, String, Text, UniqueConstraint, create_engine, event
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    inspect,
+    text,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+SCHEMA_LOCK_KEY = 0x6C6D74  # "lmt": the PostgreSQL advisory lock taken while creating the schema
+VERSION_TABLE = "lmt_alembic_version"  # Optuna keeps its own migrations in "alembic_version"
+MIGRATIONS = Path(__file__).parent / "migrations"
 
 STUDY_STATUSES = ("queued", "running", "cancelling", "cancelled", "complete", "failed")
 
@@ -154,13 +178,65 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
 
 
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return config
+
+
 def ensure_schema(url: str) -> None:
-    """Create Optuna's and the project's tables if missing. Run once before workers start."""
+    """Bring Optuna's and the project's tables to the current version, creating them if missing.
+
+    Safe to call from several processes at once: creation is serialised by a lock (an advisory lock
+    on PostgreSQL, a lock file beside a SQLite database).
+    """
     url = normalize_url(url)
+    config = alembic_config(url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    if _has_tables(url) and current_revision(url) == head:
+        return
+    with _schema_lock(url):
+        engine = engine_for(url)
+        engine.connect().close()  # WAL mode set before Optuna opens the file
+        optuna_storage(url)
+        if current_revision(url) != head:
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+
+
+def current_revision(url: str) -> str | None:
+    with engine_for(url).connect() as connection:
+        return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
+def _has_tables(url: str) -> bool:
     if _is_sqlite(url):
         database = make_url(url).database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine_for(url).connect().close()  # WAL mode set before Optuna opens the file
-    optuna_storage(url)
-    Base.metadata.create_all(engine_for(url))
+        if not database or database == ":memory:" or not Path(database).exists():
+            return False
+    return inspect(engine_for(url)).has_table(VERSION_TABLE)
+
+
+@contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    if _is_sqlite(url):
+        database = make_url(url).database
+        if not database or database == ":memory:":
+            yield
+            return
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{database}.schema-lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return
+    with engine_for(url).connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        try:
+            yield
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
