@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from api import pages, routes
 from tuner.db import ensure_schema
@@ -20,4 +23,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.include_router(routes.router)
     app.include_router(pages.router)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
+
+
+async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+    """FastAPI's answer, except that a 405 lists every method of the path in Allow, not one route's."""
+    if error.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        methods = {method for route in request.app.routes if isinstance(route, Route)
+                   and route.matches(request.scope)[0] != Match.NONE for method in route.methods or ()}
+        error.headers = {**(error.headers or {}), "Allow": ", ".join(sorted(methods))}
+    return await http_exception_handler(request, error)

@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
 
 from api.deps import Reader, SettingsDep, Writer, study_or_404
 from api.schemas import (
     ParetoOut,
     ParetoPoint,
+    SpecErrorsOut,
     SpecIssueOut,
     StatusOut,
     StudyDetailOut,
@@ -42,6 +44,7 @@ Limit = Annotated[int, Query(ge=1, le=1000, description="items per page")]
 Offset = Annotated[int, Query(ge=0, description="items to skip")]
 StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING"] | None,
                         Query(description="only trials in this state")]
+TrialId = Annotated[int, FastAPIPath(ge=1, le=2**31 - 1, description="the trial's id (Optuna's trial_id)")]
 NotFound = {404: {"description": "no such study or trial"}}
 Unauthorized = {401: {"description": "a valid bearer token is required"}}
 
@@ -72,12 +75,12 @@ def studies(
     status_code=status.HTTP_202_ACCEPTED,
     tags=["studies"],
     dependencies=[Writer],
-    responses={422: {"model": list[SpecIssueOut], "description": "the spec is invalid; one entry per problem"},
+    responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
                409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
                **Unauthorized},
     openapi_extra={"requestBody": {"required": True, "content": {
-        "application/yaml": {"schema": {"type": "string"}},
-        "application/json": {"schema": {"type": "object"}},
+        "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
+        "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
     }}},
 )
 async def submit(request: Request, config: SettingsDep) -> Any:
@@ -169,7 +172,7 @@ def pareto(
 
 @router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-def trial(trial_id: int, config: SettingsDep) -> TrialDetailOut:
+def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
     """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint."""
     found = get_trial(config.storage_url, trial_id)
     if found is None:
@@ -181,7 +184,7 @@ def trial(trial_id: int, config: SettingsDep) -> TrialDetailOut:
 @router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],
             responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
                        403: {"description": "the stored path leaves the artifact store"}})
-def checkpoint(trial_id: int, config: SettingsDep) -> FileResponse:
+def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
     """The trial's best checkpoint, streamed (load it with `trainers.load_checkpoint`)."""
     found = get_trial(config.storage_url, trial_id)
     if found is None or found.checkpoint is None:

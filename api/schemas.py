@@ -160,3 +160,7 @@ class SpecIssueOut(BaseModel):
     field: str
     message: str
     line: int | None
+
+
+class SpecErrorsOut(BaseModel):
+    detail: list[SpecIssueOut]

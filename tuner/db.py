@@ -28,6 +28,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     create_engine,
     event,
@@ -48,8 +49,23 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC timestamp on every backend (SQLite drops the offset of DateTime(timezone=True))."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
-    pass
+    type_annotation_map = {datetime: UTCDateTime}
 
 
 class StudyRecord(Base):
@@ -62,9 +78,9 @@ class StudyRecord(Base):
     families: Mapped[str] = mapped_column(String(256))  # ",lstm,mogrifier,": filterable with LIKE everywhere
     document: Mapped[str] = mapped_column(Text)
     submitted_via: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    finished_at: Mapped[datetime | None] = mapped_column()
     controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     error: Mapped[str | None] = mapped_column(Text)
@@ -114,7 +130,7 @@ class CheckpointRecord(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     val_loss: Mapped[float] = mapped_column(Float)
     turn: Mapped[int] = mapped_column(Integer)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
 class ApiToken(Base):
@@ -125,8 +141,8 @@ class ApiToken(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column()
 
 
 def families_column(families: list[str]) -> str:
