@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tuner.results import StudyView, get_study
+from tuner.results import StudyView, get_study, study_exists
 from tuner.settings import Settings
 from tuner.tokens import token_is_valid, tokens_required
 
@@ -27,6 +27,12 @@ def study_or_404(config: Settings, name: str) -> StudyView:
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
     return found
+
+
+def require_study(config: Settings, name: str) -> None:
+    """404 unless the study exists (a cheap check; study_or_404 also loads counts and the best trial)."""
+    if not study_exists(config.storage_url, name):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
 
 
 def _check(config: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
 
-from api.deps import Reader, SettingsDep, Writer, study_or_404
+from api.deps import Reader, SettingsDep, Writer, require_study, study_or_404
 from api.schemas import (
     ParetoOut,
     ParetoPoint,
@@ -25,7 +25,7 @@ from api.schemas import (
     TrialPage,
     TurnOut,
 )
-from dashboards import non_dominated, pareto_figure
+from dashboards import figure_json, non_dominated, pareto_figure
 from tuner.controller import StudyConflict
 from tuner.lifecycle import StudyStateError, cancel_study, delete_study
 from tuner.queue import submit_study
@@ -146,7 +146,7 @@ def trials(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> TrialPage:
-    study_or_404(config, name)
+    require_study(config, name)
     page = study_trials(config.storage_url, name, state=state, family=family, sort=sort,
                         descending=order == "desc", limit=limit, offset=offset)
     return TrialPage(items=[TrialOut.of(t) for t in page.items], total=page.total, limit=limit, offset=offset)
@@ -160,14 +160,14 @@ def pareto(
     x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
 ) -> ParetoOut:
     """Validation perplexity vs a cost, one colour per family; the non-dominated trials as a figure and as data."""
-    study_or_404(config, name)
+    require_study(config, name)
     column, title = PARETO_AXES[x]
     frame = pareto_frame(config.storage_url, name)
     front = frame[non_dominated(frame, column, "perplexity")] if not frame.empty else frame
     figure = pareto_figure(frame, x=column, x_title=title)
     points = [ParetoPoint(trial_id=row.trial_id, family=row.family, number=row.number, x=getattr(row, column),
                           perplexity=row.perplexity) for row in front.sort_values(column).itertuples()]
-    return ParetoOut(x=x, figure=figure.to_plotly_json(), non_dominated=points)
+    return ParetoOut(x=x, figure=figure_json(figure), non_dominated=points)
 
 
 @router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],

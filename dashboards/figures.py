@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+from typing import Any
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -13,18 +17,46 @@ def family_colour(family: str, position: int = 0) -> str:
     return FAMILY_COLOURS.get(family, FALLBACK_COLOURS[position % len(FALLBACK_COLOURS)])
 
 
+def figure_json(figure: go.Figure) -> dict[str, Any]:
+    """The figure as plain JSON data with arrays as lists: plotly encodes numeric arrays as base64
+    typed arrays, which only plotly.js reads. (Figures are built from numpy arrays because plotly
+    validates those far faster than lists.)"""
+    return _plain(figure.to_plotly_json())
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict) and "bdata" in value and "dtype" in value:
+        array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        if "shape" in value:
+            array = array.reshape([int(size) for size in str(value["shape"]).split(",")])
+        return array.tolist()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def non_dominated(frame: pd.DataFrame, x: str, y: str) -> pd.Series:
-    """True for rows that no other row beats on both columns (both minimised)."""
+    """True for rows that no other row beats on both columns (both minimised); O(n log n).
+
+    Scanning in order of x (then y), a row is non-dominated when its y is below every y seen so far,
+    or when it repeats the last front point exactly (identical points do not dominate each other).
+    """
     xs, ys = frame[x].to_numpy(), frame[y].to_numpy()
-    flags = []
-    for xi, yi in zip(xs, ys, strict=True):
-        dominated = ((xs <= xi) & (ys <= yi) & ((xs < xi) | (ys < yi))).any()
-        flags.append(not dominated)
+    flags = np.zeros(len(frame), dtype=bool)
+    best_y, best_x = np.inf, None
+    for row in np.lexsort((ys, xs)):
+        if ys[row] < best_y or (ys[row] == best_y and xs[row] == best_x):
+            flags[row] = True
+            best_y, best_x = ys[row], xs[row]
     return pd.Series(flags, index=frame.index, dtype=bool)
 
 
-# Plain lists (not numpy arrays) keep the figure JSON free of plotly's base64 typed arrays,
-# so API clients other than plotly.js can read it.
 def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = "perplexity",
                   x_title: str = "trainable parameters", y_title: str = "validation perplexity") -> go.Figure:
     """One marker colour per family; the non-dominated trials are ringed and joined by a step line.
@@ -36,23 +68,25 @@ def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = 
     figure = go.Figure()
     for position, (family, group) in enumerate(finished.groupby("family", sort=True)):
         figure.add_trace(go.Scatter(
-            x=group[x].tolist(), y=group[y].tolist(), mode="markers", name=family,
+            x=group[x].to_numpy(), y=group[y].to_numpy(), mode="markers", name=family,
             marker={"color": family_colour(family, position), "size": 9},
-            customdata=group[["trial_id", "number"]].to_numpy().tolist(),
+            customdata=group[["trial_id", "number"]].to_numpy(),
             hovertemplate=f"{family} #%{{customdata[1]}}<br>{y_title} %{{y:.3f}}<br>{x_title} %{{x:,}}"
                           "<extra></extra>",
         ))
     if not finished.empty:
         front = finished[non_dominated(finished, x, y)].sort_values([x, y])
         figure.add_trace(go.Scatter(
-            x=front[x].tolist(), y=front[y].tolist(), mode="lines+markers", name="non-dominated",
+            x=front[x].to_numpy(), y=front[y].to_numpy(), mode="lines+markers", name="non-dominated",
             line={"shape": "hv", "color": "#444", "dash": "dot"},
             marker={"symbol": "circle-open", "size": 16, "color": "#444", "line": {"width": 2}},
-            customdata=front[["trial_id", "number", "family"]].to_numpy().tolist(),
+            customdata=front[["trial_id", "number", "family"]].to_numpy(),
             hovertemplate="non-dominated: %{customdata[2]} #%{customdata[1]}<extra></extra>",
         ))
-    figure.update_layout(
-        title="Pareto front: validation perplexity vs size", xaxis_title=x_title, yaxis_title=y_title,
-        template="plotly_white", legend_title_text="family",
+    grid = {"gridcolor": "#e5e5e5", "zeroline": False}
+    figure.update_layout(  # styled by hand: expanding a named template costs more than the data
+        title="Pareto front: validation perplexity vs size", xaxis={"title": {"text": x_title}, **grid},
+        yaxis={"title": {"text": y_title}, **grid}, template="none", paper_bgcolor="white",
+        plot_bgcolor="white", font={"family": "system-ui, sans-serif"}, legend_title_text="family",
     )
     return figure

@@ -52,6 +52,7 @@ def test_two_trial_study_lands_in_the_database(ray_cluster, storage_url, tiny_sp
 
             record = session.get(TrialRecord, trial._trial_id)
             assert (record.family, record.number, record.fail_reason) == (family, 0, None)
+            assert (record.state, record.value) == ("COMPLETE", trial.value)  # the ledger agrees with Optuna
             assert record.parameter_count <= spec.parameter_budget
             assert trial.user_attrs["parameter_count"] == record.parameter_count
             assert set(trial.params) == set(spec.searched_for(family))
@@ -107,7 +108,7 @@ def test_trials_left_running_by_a_dead_controller_are_failed_and_replaced(ray_cl
     assert states == [TrialState.FAIL, TrialState.COMPLETE]  # no zombie; the budget of 1 trial still ran
     with sessions(sqlite_url)() as session:
         record = session.get(TrialRecord, zombie._trial_id)
-        assert (record.fail_reason, record.interrupted) == (INTERRUPTED_REASON, True)
+        assert (record.fail_reason, record.interrupted, record.state) == (INTERRUPTED_REASON, True, "FAIL")
 
 
 def test_trial_that_cannot_fit_the_budget_fails_with_its_reason(ray_cluster, sqlite_url, tiny_spec, tmp_path):
@@ -118,8 +119,8 @@ def test_trial_that_cannot_fit_the_budget_fails_with_its_reason(ray_cluster, sql
     (trial,) = optuna.load_study(study_name="tiny/lstm", storage=sqlite_url).get_trials()
     assert trial.state == TrialState.FAIL and trial.value is None
     with sessions(sqlite_url)() as session:
-        reason = session.get(TrialRecord, trial._trial_id).fail_reason
-    assert "parameter_budget: 100 is too small" in reason
+        record = session.get(TrialRecord, trial._trial_id)
+    assert "parameter_budget: 100 is too small" in record.fail_reason and record.state == "FAIL"
 
 
 def test_budget_too_small_for_any_model_fails_the_study_before_trials(ray_cluster, sqlite_url, tiny_spec, tmp_path):

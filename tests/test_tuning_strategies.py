@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from sqlalchemy import func, select
 
 from tuner.controller import launch_study
-from tuner.db import TurnRecord, sessions
+from tuner.db import TrialRecord, TurnRecord, sessions
 from tuner.settings import Settings
 from tuner.spec import parse_spec
 
@@ -42,6 +42,7 @@ def test_stopped_trials_are_pruned_with_their_last_value(method, ray_cluster, sq
             turns = session.scalar(select(func.count()).where(TurnRecord.trial_id == trial._trial_id))
             assert 1 <= turns < 4
             assert trial.user_attrs["last_value"] == trial.intermediate_values[turns]
+            assert session.get(TrialRecord, trial._trial_id).state == "PRUNED"
 
 
 def test_gp_proposes_while_trials_are_running(ray_cluster, sqlite_url, tiny_spec, tmp_path):

@@ -22,8 +22,9 @@ from sqlalchemy import select
 
 from models import count_parameters
 from trainers import load_corpus
-from tuner.cancellation import CancellationStopper, CancellationWatch
+from tuner.cancellation import CancellationStopper
 from tuner.db import StudyRecord, TrialRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
+from tuner.ledger import TrialLedger, record_interrupted
 from tuner.lifecycle import CANCELLED_REASON, cancel_requested
 from tuner.recorder import StudyRecorder
 from tuner.search import OBJECTIVE, StudySearcher
@@ -134,7 +135,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
         study_name=study_name,
         storage=storage,
         on_new_trial=TrialRegistrar(spec, family, vocab_size, url),
-        cancellation=CancellationWatch(url, spec.name),
+        ledger=TrialLedger(url, spec.name),
         points_to_evaluate=[] if _has_trials(storage, study_name) else initial_points(spec, family),
     )
     job = {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
@@ -149,7 +150,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
         run_config=tune.RunConfig(
             name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(settings.ray_results),
-            stop=CancellationStopper(CancellationWatch(url, spec.name)),
+            stop=CancellationStopper(TrialLedger(url, spec.name)),
             verbose=0,
             callbacks=[StudyRecorder(url), *callbacks],
         ),
@@ -215,10 +216,8 @@ def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTE
             continue
         for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            with sessions(url).begin() as session:
-                record = session.get(TrialRecord, trial._trial_id)
-                if record is not None:
-                    record.fail_reason, record.interrupted = reason, True
+            record_interrupted(url, spec.name, family, trial._trial_id, trial.number, trial_seed(spec, trial.number),
+                               reason)
 
 
 def _finish(url: str, name: str, status: str, error: str | None) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     DateTime,
     Engine,
     Float,
+    Index,
     Integer,
     String,
     Text,
@@ -87,13 +88,20 @@ class StudyRecord(Base):
 
 
 class TrialRecord(Base):
-    """What a trial is beyond Optuna's record; keyed by Optuna's global trial id."""
+    """What a trial is beyond Optuna's record; keyed by Optuna's global trial id.
+
+    `state` and `value` copy Optuna's (see tuner.ledger) so that pages and rankings need one table.
+    """
 
     __tablename__ = "lmt_trials"
+    __table_args__ = (Index("ix_lmt_trials_study_state", "study_name", "state"),
+                      Index("ix_lmt_trials_study_value", "study_name", "value"))
 
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     study_name: Mapped[str] = mapped_column(String(64), index=True)
     family: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default="RUNNING")
+    value: Mapped[float | None] = mapped_column(Float)  # best validation loss, COMPLETE trials only
     number: Mapped[int] = mapped_column(Integer)
     hidden_size: Mapped[int | None] = mapped_column(Integer)  # None: no model fits the budget
     parameter_count: Mapped[int | None] = mapped_column(Integer)

@@ -14,26 +14,22 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Generic, Literal, TypeVar
 
+import numpy as np
 import pandas as pd
 from optuna.distributions import json_to_distribution
 from optuna.storages._rdb.models import (  # Optuna's own table definitions, so queries follow its schema
-    StudyModel,
     TrialModel,
     TrialParamModel,
     TrialUserAttributeModel,
-    TrialValueModel,
 )
-from optuna.trial import TrialState
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import func, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, sessions
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, sessions
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
 TRIAL_SORTS = ("number", "value", "family", "state", "started")
 
 _trials = TrialModel.__table__
-_studies = StudyModel.__table__
-_values = TrialValueModel.__table__
 _params = TrialParamModel.__table__
 _user_attributes = TrialUserAttributeModel.__table__
 
@@ -132,6 +128,11 @@ def list_studies(url: str, *, status: str | None = None, family: str | None = No
     return Page(views, total, limit, offset)
 
 
+def study_exists(url: str, name: str) -> bool:
+    with sessions(url)() as session:
+        return session.scalar(select(StudyRecord.id).where(StudyRecord.name == name)) is not None
+
+
 def get_study(url: str, name: str) -> StudyView | None:
     with sessions(url)() as session:
         record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
@@ -154,23 +155,24 @@ def study_trials(
     offset: int = 0,
 ) -> Page[TrialView]:
     """A study's trials, filtered, sorted and paged in the database (limit None: all of them)."""
-    query = _trial_query().where(TrialRecord.study_name == name)
+    filters = [TrialRecord.study_name == name]
     if state:
-        query = query.where(_trials.c.state == TrialState[state])
+        filters.append(TrialRecord.state == state)
     if family:
-        query = query.where(TrialRecord.family == family)
+        filters.append(TrialRecord.family == family)
     order = {
         "number": [TrialRecord.family, TrialRecord.number],
-        "value": [_value_column().is_(None), _value_column()],  # unfinished trials last
+        "value": [TrialRecord.value.is_(None), TrialRecord.value],  # unfinished trials last
         "family": [TrialRecord.family, TrialRecord.number],
-        "state": [_trials.c.state, TrialRecord.family, TrialRecord.number],
+        "state": [TrialRecord.state, TrialRecord.family, TrialRecord.number],
         "started": [_trials.c.datetime_start],
     }[sort]
     if descending:
         order = [column.desc() for column in order]
     with sessions(url)() as session:
-        total = session.scalar(select(func.count()).select_from(query.subquery()))
-        rows = session.execute(query.order_by(*order, TrialRecord.trial_id).limit(limit).offset(offset)).all()
+        total = session.scalar(select(func.count()).select_from(TrialRecord).where(*filters))
+        rows = session.execute(_trial_query().where(*filters).order_by(*order, TrialRecord.trial_id)
+                               .limit(limit).offset(offset)).all()
         views = _trial_views(session, rows)
     return Page(views, total, limit, offset)
 
@@ -183,18 +185,17 @@ def get_trial(url: str, trial_id: int) -> TrialView | None:
 
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
     """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded)."""
-    with sessions(url)() as session:
-        gpus = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))
-        gpus_per_trial = (gpus or {}).get("resources", {}).get("gpus_per_trial", 0.0)
-        rows = session.execute(
-            select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, _values.c.value,
+    with engine_for(url).connect() as connection:  # Core rows: no ORM bookkeeping for thousands of trials
+        spec = connection.scalar(select(StudyRecord.spec).where(StudyRecord.name == name)) or {}
+        rows = connection.execute(
+            select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, TrialRecord.value,
                    TrialRecord.parameter_count, TrialRecord.wall_seconds)
-            .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
-            .join(_values, and_(_values.c.trial_id == TrialRecord.trial_id, _values.c.objective == 0))
-            .where(TrialRecord.study_name == name, _trials.c.state == TrialState.COMPLETE)
-        ).all()
+            .where(TrialRecord.study_name == name, TrialRecord.state == "COMPLETE")
+        )
+        rows = [tuple(row) for row in rows]  # plain tuples: pandas probes Row objects slowly
     frame = pd.DataFrame(rows, columns=["trial_id", "family", "number", "value", "parameter_count", "wall_seconds"])
-    frame["perplexity"] = frame["value"].map(math.exp)
+    frame["perplexity"] = np.exp(frame["value"].astype(float))
+    gpus_per_trial = spec.get("resources", {}).get("gpus_per_trial", 0.0)
     frame["gpu_seconds"] = frame["wall_seconds"] * gpus_per_trial  # GPU time reserved for the trial
     return frame
 
@@ -225,10 +226,9 @@ def family_counts(url: str, name: str) -> dict[str, dict[str, int]]:
         families = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))["families"]
         counts = {family: dict.fromkeys(TRIAL_STATES, 0) for family in families}
         for family, state, count in session.execute(
-                select(TrialRecord.family, _trials.c.state, func.count())
-                .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
-                .where(TrialRecord.study_name == name).group_by(TrialRecord.family, _trials.c.state)):
-            counts[family][state.name] = count
+                select(TrialRecord.family, TrialRecord.state, func.count())
+                .where(TrialRecord.study_name == name).group_by(TrialRecord.family, TrialRecord.state)):
+            counts[family][state] = count
     return counts
 
 
@@ -247,16 +247,10 @@ def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
                                     .order_by(TurnRecord.turn)))
 
 
-def _value_column():
-    return case((_trials.c.state == TrialState.COMPLETE, _values.c.value), else_=None)
-
-
 def _trial_query():
     return (
-        select(TrialRecord, _trials.c.state, _value_column().label("value"), _trials.c.datetime_start,
-               _trials.c.datetime_complete, CheckpointRecord)
+        select(TrialRecord, _trials.c.datetime_start, _trials.c.datetime_complete, CheckpointRecord)
         .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
-        .outerjoin(_values, and_(_values.c.trial_id == TrialRecord.trial_id, _values.c.objective == 0))
         .outerjoin(CheckpointRecord, CheckpointRecord.trial_id == TrialRecord.trial_id)
     )
 
@@ -272,14 +266,14 @@ def _trial_views(session, rows) -> list[TrialView]:
         select(_user_attributes.c.trial_id, _user_attributes.c.value_json)
         .where(_user_attributes.c.trial_id.in_(ids), _user_attributes.c.key == "last_value")).all())
     views = []
-    for record, state, value, started, finished, checkpoint in rows:
+    for record, started, finished, checkpoint in rows:
         views.append(TrialView(
             trial_id=record.trial_id,
             study=record.study_name,
             family=record.family,
             number=record.number,
-            state=state.name,
-            value=value,
+            state=record.state,
+            value=record.value,
             params=params[record.trial_id],
             hidden_size=record.hidden_size,
             parameter_count=record.parameter_count,
@@ -309,10 +303,9 @@ def _state_counts(session, records: list[StudyRecord]) -> dict[str, dict[str, in
     names = [r.name for r in records]
     counts: dict[str, dict[str, int]] = {name: dict.fromkeys(TRIAL_STATES, 0) for name in names}
     for study, state, count in session.execute(
-            select(TrialRecord.study_name, _trials.c.state, func.count())
-            .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
-            .where(TrialRecord.study_name.in_(names)).group_by(TrialRecord.study_name, _trials.c.state)):
-        counts[study][state.name] = count
+            select(TrialRecord.study_name, TrialRecord.state, func.count())
+            .where(TrialRecord.study_name.in_(names)).group_by(TrialRecord.study_name, TrialRecord.state)):
+        counts[study][state] = count
     return counts
 
 
@@ -320,8 +313,8 @@ def _best_trials(session, records: list[StudyRecord]) -> dict[str, TrialView]:
     best = {}
     for record in records:
         row = session.execute(_trial_query().where(TrialRecord.study_name == record.name,
-                                                   _trials.c.state == TrialState.COMPLETE)
-                              .order_by(_values.c.value, TrialRecord.trial_id).limit(1)).first()
+                                                   TrialRecord.state == "COMPLETE")
+                              .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1)).first()
         if row is not None:
             best[record.name] = _trial_views(session, [row])[0]
     return best

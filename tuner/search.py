@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
-from tuner.cancellation import CancellationWatch
+from tuner.ledger import TrialLedger
 
 OBJECTIVE = "best_val_loss"
 """The metric every trial reports and the study minimises: best validation cross-entropy so far."""
@@ -36,14 +36,14 @@ class StudySearcher(OptunaSearch):
         study_name: str,
         storage: optuna.storages.BaseStorage,
         on_new_trial: NewTrialHook,
-        cancellation: CancellationWatch,
+        ledger: TrialLedger,
         points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler, study_name=study_name,
                          storage=storage, points_to_evaluate=points_to_evaluate)
         self._family = family
         self._on_new_trial = on_new_trial
-        self._cancellation = cancellation
+        self._ledger = ledger
         self._reported_turns: dict[str, int] = {}
         self._optuna_study_id = storage.get_study_id_from_name(study_name)
 
@@ -69,15 +69,19 @@ class StudySearcher(OptunaSearch):
         if value is not None and result[TRAINING_ITERATION] > self._reported_turns.get(trial_id, 0):
             # A scheduler that stops a trial hands its last result only to this method.
             ot_trial.report(value, result[TRAINING_ITERATION])
+        optuna_trial_id = self._optuna_trial_id(ot_trial)
         if error:
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+            self._ledger.ended(optuna_trial_id, TrialState.FAIL)
         elif result and result.get("finished") and value is not None:
             self._ot_study.tell(ot_trial, value, state=TrialState.COMPLETE)
-        elif self._cancellation.requested():
-            self._cancellation.record_cancelled(self._optuna_trial_id(ot_trial))
+            self._ledger.ended(optuna_trial_id, TrialState.COMPLETE, value)
+        elif self._ledger.cancel_requested():
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+            self._ledger.cancelled(optuna_trial_id)
         else:
             if value is not None:
                 ot_trial.set_user_attr("last_value", value)
             self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
+            self._ledger.ended(optuna_trial_id, TrialState.PRUNED)
         self._completed_trials.add(trial_id)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 20:15:27.393000
+Create Date: 2026-11-22 20:44:12.945896
 """
 
 import sqlalchemy as sa
@@ -63,6 +63,8 @@ def upgrade() -> None:
         sa.Column("trial_id", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("study_name", sa.String(length=64), nullable=False),
         sa.Column("family", sa.String(length=32), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("value", sa.Float(), nullable=True),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("hidden_size", sa.Integer(), nullable=True),
         sa.Column("parameter_count", sa.Integer(), nullable=True),
@@ -75,6 +77,8 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("lmt_trials", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_lmt_trials_study_name"), ["study_name"], unique=False)
+        batch_op.create_index("ix_lmt_trials_study_state", ["study_name", "state"], unique=False)
+        batch_op.create_index("ix_lmt_trials_study_value", ["study_name", "value"], unique=False)
 
     op.create_table(
         "lmt_turns",
@@ -100,6 +104,8 @@ def downgrade() -> None:
 
     op.drop_table("lmt_turns")
     with op.batch_alter_table("lmt_trials", schema=None) as batch_op:
+        batch_op.drop_index("ix_lmt_trials_study_value")
+        batch_op.drop_index("ix_lmt_trials_study_state")
         batch_op.drop_index(batch_op.f("ix_lmt_trials_study_name"))
 
     op.drop_table("lmt_trials")
