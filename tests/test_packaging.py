@@ -1,0 +1,58 @@
+"""What users install: the wheel carries templates and migrations; the image and compose file are coherent."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("models", "trainers", "tuner", "api", "dashboards")
+
+
+@pytest.mark.slow
+def test_wheel_carries_package_data(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True)
+    (wheel,) = tmp_path.glob("lm_tuner-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("dashboards/templates/study.html", "tuner/migrations/env.py",
+                     "tuner/migrations/script.py.mako", "tuner/migrations/versions/0001_project_tables.py"):
+        assert required in names, required
+    assert any(name.endswith("entry_points.txt") for name in names)
+
+
+def test_dockerfile_copies_every_package():
+    copied = set(re.findall(r"^COPY (\w+) \1$", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE))
+    assert set(PACKAGES) <= copied
+
+
+def test_compose_file_validates_against_the_compose_spec():
+    checker = Path(sys.executable).parent / "check-jsonschema"
+    run = subprocess.run([str(checker), "--builtin-schema", "vendor.compose-spec", str(ROOT / "docker-compose.yml")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_compose_services_are_wired_together():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "ray-head", "ray-gpu-worker", "api", "runner"} <= set(services)
+    for name, service in services.items():
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown service {dependency}"
+    assert "healthcheck" in services["postgres"] and "postgres" in services["postgres"]["volumes"][0]
+    tuner_services = [s for s in services.values() if s.get("image", "").startswith("${LM_TUNER")]
+    assert len(tuner_services) == 5  # schema, ray-head, ray-gpu-worker, api, runner share the artifact volume
+    for service in tuner_services:
+        assert "artifacts:/data/artifacts" in service["volumes"]
+        assert "@postgres:5432/" in service["environment"]["LM_TUNER_STORAGE"]
+    gpu = services["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
+    assert services["runner"]["command"] == ["worker"] and services["api"]["command"][0] == "serve"
+    assert set(compose["volumes"]) == {"postgres", "artifacts"}
