@@ -27,7 +27,8 @@ from tuner.db import StudyRecord, TrialRecord, ensure_schema, families_column, o
 from tuner.ledger import TrialLedger, record_interrupted
 from tuner.lifecycle import CANCELLED_REASON, cancel_requested
 from tuner.recorder import StudyRecorder
-from tuner.search import OBJECTIVE, StudySearcher
+from tuner.reporting import OBJECTIVE, TURN
+from tuner.search import StudySearcher
 from tuner.settings import Settings
 from tuner.space import distributions, initial_points, optuna_study_name, trial_seed, trial_setup
 from tuner.spec import StudySpec
@@ -142,7 +143,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
     resources = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(run_trial, job=job), resources),
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec, OBJECTIVE),
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec, OBJECTIVE, TURN),
                                     num_samples=trials, max_concurrent_trials=spec.tuning.concurrency,
                                     # a new trial reuses a finished trial's process: no second start-up
                                     # (imports, corpus) per trial
@@ -151,6 +152,7 @@ def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, set
             name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=str(settings.ray_results),
             stop=CancellationStopper(TrialLedger(url, spec.name)),
+            failure_config=tune.FailureConfig(max_failures=spec.tuning.max_retries),
             verbose=0,
             callbacks=[StudyRecorder(url), *callbacks],
         ),

@@ -13,6 +13,7 @@ from ray.tune import Callback
 from sqlalchemy import delete
 
 from tuner.db import CheckpointRecord, TrialRecord, TurnRecord, sessions
+from tuner.reporting import FAILED
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds")
 
@@ -22,6 +23,8 @@ class StudyRecorder(Callback):
         self._url = storage_url  # Ray pickles callbacks: keep a URL, not an engine
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if FAILED in result:
+            return  # the searcher records the failure with its reason
         trial_id = trial.config["optuna_trial_id"]
         with sessions(self._url).begin() as session:
             # A trial retried from a checkpoint reports its turns again: the latest report wins.

@@ -18,9 +18,7 @@ from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 from tuner.ledger import TrialLedger
-
-OBJECTIVE = "best_val_loss"
-"""The metric every trial reports and the study minimises: best validation cross-entropy so far."""
+from tuner.reporting import FAILED, OBJECTIVE
 
 NewTrialHook = Callable[[int, int, dict[str, Any]], None]
 """Called as (optuna_trial_id, number, params) when a trial is proposed."""
@@ -58,6 +56,8 @@ class StudySearcher(OptunaSearch):
         return self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, ot_trial.number)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if FAILED in result:
+            return  # a failure report, not a turn
         super().on_trial_result(trial_id, result)
         self._reported_turns[trial_id] = result[TRAINING_ITERATION]
 
@@ -70,9 +70,9 @@ class StudySearcher(OptunaSearch):
             # A scheduler that stops a trial hands its last result only to this method.
             ot_trial.report(value, result[TRAINING_ITERATION])
         optuna_trial_id = self._optuna_trial_id(ot_trial)
-        if error:
+        if error or (result and FAILED in result):
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
-            self._ledger.ended(optuna_trial_id, TrialState.FAIL)
+            self._ledger.ended(optuna_trial_id, TrialState.FAIL, reason=result.get(FAILED) if result else None)
         elif result and result.get("finished") and value is not None:
             self._ot_study.tell(ot_trial, value, state=TrialState.COMPLETE)
             self._ledger.ended(optuna_trial_id, TrialState.COMPLETE, value)

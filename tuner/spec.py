@@ -43,6 +43,7 @@ class Tuning(_Strict):
     startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
     concurrency: int = Field(1, ge=1, description="trials running at once")
     seed: int = Field(0, description="seeds the sampler; trial k trains with seed + k")
+    max_retries: int = Field(2, ge=0, description="restarts of a trial whose worker process or node died")
     initial_points: list[dict[str, bool | int | float]] = Field(
         default_factory=list, description="configurations tried first, in order (each family takes the "
                                           "hyperparameters it searches; the rest are sampled)")

@@ -18,14 +18,14 @@ def make_sampler(tuning: Tuning) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=tuning.seed)
 
 
-def make_scheduler(spec: StudySpec, metric: str) -> TrialScheduler | None:
-    """Ray Tune's early-stopping scheduler for the spec, measuring time in turns."""
+def make_scheduler(spec: StudySpec, metric: str, time_attr: str) -> TrialScheduler | None:
+    """Ray Tune's early-stopping scheduler for the spec, measuring time in turns (`time_attr`)."""
     rule = spec.early_stopping
     if rule.method == "asha":
-        return ASHAScheduler(time_attr="turn", metric=metric, mode="min", max_t=spec.training.turns,
+        return ASHAScheduler(time_attr=time_attr, metric=metric, mode="min", max_t=spec.training.turns,
                              grace_period=rule.grace_turns, reduction_factor=rule.reduction_factor)
     if rule.method == "median":
-        return MedianStoppingRule(time_attr="turn", metric=metric, mode="min", grace_period=rule.grace_turns,
+        return MedianStoppingRule(time_attr=time_attr, metric=metric, mode="min", grace_period=rule.grace_turns,
                                   min_samples_required=rule.min_samples)
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import torch
 from ray import tune
 
-from trainers import TurnReport, load_corpus, sha256_of, train
-from tuner.space import trial_setup
+from trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
+from tuner.reporting import FAILED, OBJECTIVE, TURN
+from tuner.space import TrialSetup, trial_setup
 from tuner.spec import StudySpec
 
 
@@ -29,9 +31,20 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     family, number = config["family"], config["number"]
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_trial)))
     corpus = load_corpus(spec.dataset)
-    setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), number)
+    try:
+        setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), number)
+        _train(spec, family, number, setup, corpus, Path(job["artifact_root"]))
+    except (TrainingDiverged, ValueError) as error:
+        # The configuration itself cannot be trained: report the reason instead of raising, so Ray
+        # does not retry on another worker what no retry can fix (retries are for lost workers).
+        # Ray requires the metric in every result: +inf (worst) keeps schedulers' rungs honest, and the
+        # searcher never tells Optuna a number for a failed trial.
+        tune.report({FAILED: f"{type(error).__name__}: {error}", OBJECTIVE: math.inf, TURN: 0})
+
+
+def _train(spec: StudySpec, family: str, number: int, setup: TrialSetup, corpus: Corpus, artifact_root: Path) -> None:
     relative = checkpoint_relative_path(spec.name, family, number)
-    checkpoint = Path(job["artifact_root"]) / relative
+    checkpoint = artifact_root / relative
 
     def report(turn: TurnReport) -> None:
         metrics: dict[str, Any] = {**asdict(turn), "finished": turn.turn == spec.training.turns}
