@@ -5,7 +5,8 @@ statement of its forward math: the reference path runs it under autograd; the fa
 a `Tape` and differentiates it with `step_backward`, the hand-derived gradient written beside it.
 All linear maps go through the `linear` argument (see models/tape.py). The input-dependent part of
 the pre-activations, `linear(cell.input, x)`, is computed by the caller so that it can be batched
-over a whole window when no mogrifier makes x depend on the state.
+over a whole window when no mogrifier makes x depend on the state. `step` receives h already
+multiplied by the state-dropout mask; it also gets the mask itself, which only the RLSTM needs again.
 
 Shapes: x (batch, input_size); h, c (batch, hidden_size).
 """
@@ -78,7 +79,7 @@ def lstm_update_backward(cache: Cache, dh: Tensor, dc: Tensor, cap_input_gate: b
 
 
 class LSTMCell(nn.Module):
-    """The LSTM: all four gates from x and h_prev, one tiled matrix each (gates ordered i, f, o, j)."""
+    """The LSTM: gates i, f, o, j from x and h_prev, each side through one matrix tiling all four gates."""
 
     def __init__(self, input_size: int, hidden_size: int, *, cap_input_gate: bool = True,
                  chrono_t_max: float = 0.0) -> None:
