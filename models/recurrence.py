@@ -34,7 +34,8 @@ class RecurrentLayer(nn.Module):
     """A cell of the configured family, preceded by its own mogrifier when the family has one.
 
     `state_mask` (state dropout) multiplies h_prev inside every step of the window; the carried
-    state is never masked. Set `fast = False` to run the reference (autograd) path.
+    state is never masked. The fast path runs unless `fast` is False or torch.func transforms
+    (grad, vmap, ...), which cannot see through its backward, are active: then autograd does.
     """
 
     def __init__(self, config: ModelConfig, layer: int) -> None:
@@ -50,10 +51,10 @@ class RecurrentLayer(nn.Module):
     def forward(self, inputs: Tensor, state: State, state_mask: Tensor | None = None) -> tuple[Tensor, State]:
         """Outputs h for every step (time, batch, hidden) and the last state."""
         h, c = state
-        if not self.fast:
+        weights = self._weights()
+        if not self.fast or _under_torch_func(inputs, h, c, *weights):
             outputs, state, _ = self.run(autograd_linear, inputs, h, c, state_mask)
             return outputs, state
-        weights = self._weights()
         if torch.is_grad_enabled() and any(t.requires_grad for t in (inputs, h, c, *weights)):
             outputs, h, c = _FastWindow.apply(self, inputs, h, c, state_mask, *weights)
             return outputs, (h, c)
@@ -100,6 +101,10 @@ class RecurrentLayer(nn.Module):
         if self.mogrifier is None:
             return tape.backward(self.cell.input, tape.stack(d_x_parts[::-1])), dh, dc
         return torch.stack(d_inputs[::-1]), dh, dc
+
+
+def _under_torch_func(*tensors: Tensor) -> bool:
+    return any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
 
 
 class _FastWindow(torch.autograd.Function):

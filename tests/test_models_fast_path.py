@@ -141,6 +141,16 @@ def test_the_fast_path_is_selected_by_default():
     assert not any(name.startswith(("SigmoidBackward", "TanhBackward")) for name in nodes)
 
 
+def test_torch_func_transforms_fall_back_to_the_reference_path():
+    model = LanguageModel(ModelConfig(vocab_size=11, hidden_size=4, family="mogrifier_rlstm", mogrifier_rounds=2))
+    tokens, state = torch.randint(11, (3, 2), generator=torch.Generator().manual_seed(0)), model.initial_state(2)
+    parameters = {name: p.detach() for name, p in model.named_parameters()}
+    grads = torch.func.grad(lambda p: functional_call(model, p, (tokens, state))[0].sum())(parameters)
+    model(tokens, state)[0].sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fast_path_without_gradients_matches_the_recorded_forward(family):
     torch.manual_seed(0)
