@@ -1,4 +1,4 @@
-"""Recurrent language models (LSTM, Mogrifier LSTM) and their parameter budgets."""
+"""Recurrent language models (LSTM, Mogrifier LSTM, RLSTM, mLSTM) and their parameter budgets."""
 
 from models.budget import count_parameters, solve_hidden_size
 from models.config import FAMILIES, ModelConfig

@@ -19,11 +19,22 @@ def count_parameters(config: ModelConfig) -> int:
         total += embed * vocab
     if config.has_projection:
         total += hidden * embed
+    if config.softmax_components > 1:  # tanh projections (with bias) and the prior (without)
+        total += config.softmax_components * (hidden * embed + embed + hidden)
     for layer in range(config.num_layers):
         inputs = config.layer_input_size(layer)
-        total += (inputs + hidden) * 4 * hidden + 4 * hidden
+        total += _cell_parameters(config.cell, inputs, hidden)
         total += _mogrifier_parameters(config, inputs)
     return total
+
+
+def _cell_parameters(cell: str, inputs: int, hidden: int) -> int:
+    if cell == "lstm":  # four gates from [x, h], biases
+        return (inputs + hidden) * 4 * hidden + 4 * hidden
+    if cell == "rlstm":  # i, j from [x, h]; f from [i*j, h]; o from c; biases
+        return (inputs + hidden) * 2 * hidden + 2 * hidden * hidden + hidden * hidden + 4 * hidden
+    # mlstm: m = (W_mx x) * (W_mh h); four gates from [x, m], biases
+    return inputs * hidden + hidden * hidden + (inputs + hidden) * 4 * hidden + 4 * hidden
 
 
 def _mogrifier_parameters(config: ModelConfig, inputs: int) -> int:

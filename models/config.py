@@ -5,8 +5,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FAMILIES = ("lstm", "mogrifier")
-"""Cell families this package can build. `mogrifier` is the LSTM preceded by a mogrifier."""
+FAMILIES = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm")
+"""Cell families this package can build. The `mogrifier*` families put a mogrifier before the cell."""
+
+CELLS = {"lstm": "lstm", "mogrifier": "lstm", "rlstm": "rlstm", "mogrifier_rlstm": "rlstm", "mlstm": "mlstm"}
+"""The recurrent cell each family runs."""
+
+DROPOUT_RATES = (
+    "input_dropout",
+    "inter_layer_dropout",
+    "cell_output_dropout",
+    "state_dropout",
+    "output_dropout",
+    "embedding_dropout",
+)
 
 
 @dataclass(frozen=True)
@@ -15,7 +27,11 @@ class ModelConfig:
 
     `input_embedding_ratio` >= 1 means the embedding size equals the hidden size; below 1 the
     embedding is smaller and a bias-free projection maps the summed hidden state to it before the
-    tied softmax. `mogrifier_rank` <= 0 means full-rank mogrifier matrices.
+    tied softmax. `mogrifier_rank` <= 0 means full-rank mogrifier matrices. Layers are combined by
+    skip connections (each layer reads the one below, the output sums all layers) unless
+    `residual_connections`, where each layer reads the sum of all layers below it.
+    `chrono_t_max` > 0 draws forget biases from ln U(1, T_max - 1) (chrono init) instead of mean 1.
+    `softmax_components` > 1 replaces the softmax by a mixture of that many softmaxes.
     """
 
     vocab_size: int
@@ -27,25 +43,36 @@ class ModelConfig:
     mogrifier_rank: int = 0
     cap_input_gate: bool = True
     tie_embeddings: bool = True
+    residual_connections: bool = False
+    softmax_components: int = 1
+    chrono_t_max: float = 0.0
     input_dropout: float = 0.0
     inter_layer_dropout: float = 0.0
+    cell_output_dropout: float = 0.0
     state_dropout: float = 0.0
     output_dropout: float = 0.0
+    embedding_dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family: unknown family {self.family!r}; allowed: {', '.join(FAMILIES)}")
+        _require(self.family in FAMILIES, "family", self.family, ", ".join(FAMILIES))
         _require(self.vocab_size >= 1, "vocab_size", self.vocab_size, "an integer >= 1")
         _require(self.hidden_size >= 1, "hidden_size", self.hidden_size, "an integer >= 1")
         _require(self.num_layers >= 1, "num_layers", self.num_layers, "an integer >= 1")
         _require(self.input_embedding_ratio > 0, "input_embedding_ratio", self.input_embedding_ratio, "a number > 0")
         _require(0 <= self.mogrifier_rounds <= 6, "mogrifier_rounds", self.mogrifier_rounds, "an integer in [0, 6]")
-        if self.family == "lstm":
+        if not self.family.startswith("mogrifier"):
             _require(self.mogrifier_rounds == 0, "mogrifier_rounds", self.mogrifier_rounds,
-                     "0 for family 'lstm' (use family 'mogrifier')")
-        for name in ("input_dropout", "inter_layer_dropout", "state_dropout", "output_dropout"):
+                     f"0 for family {self.family!r} (use family 'mogrifier' or 'mogrifier_rlstm')")
+        _require(self.softmax_components >= 1, "softmax_components", self.softmax_components, "an integer >= 1")
+        _require(self.chrono_t_max == 0 or self.chrono_t_max > 2, "chrono_t_max", self.chrono_t_max,
+                 "0 (forget bias mean 1) or a number > 2")
+        for name in DROPOUT_RATES:
             rate = getattr(self, name)
             _require(0.0 <= rate < 1.0, name, rate, "a rate in [0, 1)")
+
+    @property
+    def cell(self) -> str:
+        return CELLS[self.family]
 
     @property
     def embedding_size(self) -> int:
@@ -53,7 +80,8 @@ class ModelConfig:
 
     @property
     def has_projection(self) -> bool:
-        return self.embedding_size != self.hidden_size
+        """A bias-free H -> E projection before a single softmax (a mixture has its own projections)."""
+        return self.embedding_size != self.hidden_size and self.softmax_components == 1
 
     def layer_input_size(self, layer: int) -> int:
         return self.embedding_size if layer == 0 else self.hidden_size

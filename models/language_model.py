@@ -1,4 +1,4 @@
-"""The recurrent language model: embedding -> recurrent layers (skip combination) -> softmax."""
+"""The recurrent language model: embedding -> recurrent layers (skip or residual) -> softmax."""
 
 from __future__ import annotations
 
@@ -9,15 +9,40 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from models.cells import LSTMLayer, State, truncated_normal_
+from models.cells import truncated_normal_
 from models.config import ModelConfig
+from models.recurrence import RecurrentLayer, State, variational_mask
+
+
+class MixtureOfSoftmaxes(nn.Module):
+    """K softmaxes over tanh projections of the output, mixed by a softmax prior (Yang et al., 2018)."""
+
+    def __init__(self, hidden_size: int, embedding_size: int, components: int) -> None:
+        super().__init__()
+        self.components, self.embedding_size = components, embedding_size
+        self.latent = nn.Linear(hidden_size, components * embedding_size)
+        self.prior = nn.Linear(hidden_size, components, bias=False)
+        std = math.sqrt(1.0 / hidden_size)
+        truncated_normal_(self.latent.weight, std)
+        truncated_normal_(self.latent.bias, std)
+        truncated_normal_(self.prior.weight, std)
+
+    def forward(self, output: Tensor, softmax_weight: Tensor, softmax_bias: Tensor, dropout: float) -> Tensor:
+        """Log-probabilities (..., vocab); `dropout` (a rate) drops the projected outputs, as after a projection."""
+        latent = torch.tanh(self.latent(output)).unflatten(-1, (self.components, self.embedding_size))
+        latent = nn.functional.dropout(latent, dropout) if dropout > 0 else latent
+        log_probs = nn.functional.log_softmax(nn.functional.linear(latent, softmax_weight, softmax_bias), dim=-1)
+        log_prior = nn.functional.log_softmax(self.prior(output), dim=-1).unsqueeze(-1)
+        return torch.logsumexp(log_probs + log_prior, dim=-2)
 
 
 class LanguageModel(nn.Module):
-    """A stack of LSTM (or Mogrifier LSTM) layers whose outputs are summed (skip combination).
+    """A stack of recurrent layers between an embedding and a (tied, for words) softmax.
 
-    Word-level models tie the softmax to the input embedding; when the embedding is smaller than the
-    hidden state, a bias-free projection maps the summed output to the embedding size first.
+    With skip connections each layer reads the one below and the output is the sum of all layers'
+    outputs; with residual connections each layer reads the sum of the outputs of all layers below
+    it. When the embedding is smaller than the hidden state, a bias-free projection maps the summed
+    output to the embedding size before a single softmax.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -27,20 +52,14 @@ class LanguageModel(nn.Module):
         embed, hidden = config.embedding_size, config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, embed)
         truncated_normal_(self.embedding.weight, math.sqrt(1.0 / embed))
-        self.layers = nn.ModuleList(
-            LSTMLayer(
-                config.layer_input_size(layer),
-                hidden,
-                cap_input_gate=config.cap_input_gate,
-                mogrifier_rounds=config.mogrifier_rounds,
-                mogrifier_rank=config.mogrifier_rank,
-            )
-            for layer in range(config.num_layers)
-        )
+        self.layers = nn.ModuleList(RecurrentLayer(config, layer) for layer in range(config.num_layers))
         self.projection = None
         if config.has_projection:
             self.projection = nn.Linear(hidden, embed, bias=False)
             nn.init.orthogonal_(self.projection.weight)
+        self.mixture = None
+        if config.softmax_components > 1:
+            self.mixture = MixtureOfSoftmaxes(hidden, embed, config.softmax_components)
         self.output_embedding = None
         if not config.tie_embeddings:
             self.output_embedding = nn.Parameter(truncated_normal_(torch.empty(config.vocab_size, embed),
@@ -53,25 +72,47 @@ class LanguageModel(nn.Module):
         return [(zeros, zeros) for _ in self.layers]
 
     def forward(self, tokens: Tensor, state: list[State]) -> tuple[Tensor, list[State]]:
-        """Logits (time, batch, vocab) for a window of token ids (time, batch), and the next state."""
+        """Logits (time, batch, vocab) for a window of token ids (time, batch), and the next state.
+
+        With a mixture of softmaxes the logits are log-probabilities.
+        """
         config = self.config
-        x = self._dropout(self.embedding(tokens), config.input_dropout)
-        summed = None
-        next_state = []
+        x = self._dropout(self._embed(tokens), config.input_dropout)
+        outputs, next_state = [], []
         for index, (layer, layer_state) in enumerate(zip(self.layers, state, strict=True)):
-            layer_input = x if index == 0 else self._dropout(x, config.inter_layer_dropout)
-            x, new_layer_state = layer(layer_input, layer_state, config.state_dropout * self.dropout_multiplier)
-            next_state.append(new_layer_state)
-            summed = x if summed is None else summed + x
-        output = self._dropout(summed, config.output_dropout)
-        if self.projection is not None:
-            output = self._dropout(self.projection(output), config.output_dropout)
+            if index > 0:
+                below = sum(outputs) if config.residual_connections else outputs[-1]
+                x = self._dropout(below, config.inter_layer_dropout)
+            state_mask = variational_mask(tokens.shape[1], config.hidden_size, self._rate(config.state_dropout), x)
+            h, layer_state = layer(x, layer_state, state_mask)
+            outputs.append(self._dropout(h, config.cell_output_dropout))
+            next_state.append(layer_state)
+        return self._logits(self._dropout(sum(outputs), config.output_dropout)), next_state
+
+    def _embed(self, tokens: Tensor) -> Tensor:
+        """Embedding lookup; embedding dropout removes whole words (rows) for the whole window."""
+        x = self.embedding(tokens)
+        rate = self._rate(self.config.embedding_dropout)
+        if rate > 0:
+            keep = 1.0 - rate
+            row_mask = torch.bernoulli(x.new_full((self.config.vocab_size,), keep)).div_(keep)
+            x = x * row_mask[tokens].unsqueeze(-1)
+        return x
+
+    def _logits(self, output: Tensor) -> Tensor:
         softmax_weight = self.embedding.weight if self.output_embedding is None else self.output_embedding
-        return nn.functional.linear(output, softmax_weight, self.output_bias), next_state
+        if self.mixture is not None:
+            return self.mixture(output, softmax_weight, self.output_bias, self._rate(self.config.output_dropout))
+        if self.projection is not None:
+            output = self._dropout(self.projection(output), self.config.output_dropout)
+        return nn.functional.linear(output, softmax_weight, self.output_bias)
+
+    def _rate(self, rate: float) -> float:
+        return rate * self.dropout_multiplier if self.training else 0.0
 
     def _dropout(self, x: Tensor, rate: float) -> Tensor:
-        rate *= self.dropout_multiplier
-        return nn.functional.dropout(x, rate, training=self.training) if rate > 0 else x
+        rate = self._rate(rate)
+        return nn.functional.dropout(x, rate) if rate > 0 else x
 
 
 @contextmanager

@@ -7,6 +7,8 @@ from typing import Literal
 
 from models import FAMILIES
 
+MOGRIFIER_FAMILIES = tuple(family for family in FAMILIES if family.startswith("mogrifier"))
+
 
 @dataclass(frozen=True)
 class Hyperparameter:
@@ -55,13 +57,20 @@ HYPERPARAMETERS: dict[str, Hyperparameter] = {
         Hyperparameter("input_embedding_ratio", "model", "float",
                        "embedding size / hidden size; >= 1 means equal sizes", 0.0, None, low_open=True),
         Hyperparameter("cap_input_gate", "model", "bool", "use min(i, 1 - f) as the input gate"),
+        Hyperparameter("residual_connections", "model", "bool",
+                       "each layer reads the sum of all layers below (else only the one below)"),
+        Hyperparameter("softmax_components", "model", "int", "mixture of softmaxes components (1 = one softmax)", 1),
+        Hyperparameter("chrono_t_max", "model", "float",
+                       "chrono forget-gate init b_f ~ ln U(1, T_max - 1) (> 2); 0 = forget bias mean 1", 0.0),
         _rate("input_dropout", "dropout on the embedding output"),
+        _rate("embedding_dropout", "drops whole words (embedding rows) for a window"),
         _rate("inter_layer_dropout", "dropout on the inputs of layers above the first"),
+        _rate("cell_output_dropout", "dropout on each layer's output before it joins the sums"),
         _rate("state_dropout", "variational dropout on h_prev, one mask per sequence per window"),
         _rate("output_dropout", "dropout on the summed output (and after the projection)"),
         Hyperparameter("mogrifier_rounds", "model", "int", "mogrifier rounds (0 = plain cell)", 0, 6,
-                       families=("mogrifier",)),
+                       families=MOGRIFIER_FAMILIES),
         Hyperparameter("mogrifier_rank", "model", "int", "rank of mogrifier matrices; <= 0 means full rank",
-                       families=("mogrifier",)),
+                       families=MOGRIFIER_FAMILIES),
     )
 }

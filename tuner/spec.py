@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainers import MarkovCorpusConfig, Schedule
 from tuner.hyperparameters import HYPERPARAMETERS
 
-Family = Literal["lstm", "mogrifier"]
+Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 

@@ -1,0 +1,266 @@
+"""Training throughput of our recurrent families against torch.nn.LSTM (oneDNN on CPU, cuDNN on GPU).
+
+Every model is a word-level language model with the same embedding, tied softmax and shapes
+(V=10000, E=H=512, 2 layers, batch 32, BPTT 35; Mogrifier r=5, k=40); only the recurrent layers
+differ. One training step is forward, cross-entropy and backward (the optimizer update, the same for
+every model, is left out). Models take turns within each round, so machine load hits them alike;
+ratios are taken within a round and the median over rounds is reported.
+
+Achieved FLOP/s counts matrix multiplies only: 2 FLOPs per weight applied per token in the forward
+pass, times 3 for forward plus backward. Element-wise work (gates, mogrifier scaling) is not counted,
+so a model only scores well by doing its matrix work fast.
+
+    PYTHONPATH=. python benchmarks/cell_throughput.py --output benchmarks/results/cell_throughput_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from models import LanguageModel, ModelConfig
+from models.recurrence import RecurrentLayer
+
+VOCAB, HIDDEN, LAYERS, BATCH, BPTT, ROUNDS, RANK = 10_000, 512, 2, 32, 35, 5, 40
+FAMILY_FIELDS = {
+    "lstm": {},
+    "mogrifier": dict(mogrifier_rounds=ROUNDS, mogrifier_rank=RANK),
+    "rlstm": {},
+    "mogrifier_rlstm": dict(mogrifier_rounds=ROUNDS, mogrifier_rank=RANK),
+    "mlstm": {},
+}
+
+
+def config_for(family: str) -> ModelConfig:
+    return ModelConfig(vocab_size=VOCAB, hidden_size=HIDDEN, family=family, num_layers=LAYERS, **FAMILY_FIELDS[family])
+
+
+class TorchLSTMLanguageModel(nn.Module):
+    """The reference: the same embedding and tied softmax around torch.nn.LSTM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, HIDDEN)
+        self.lstm = nn.LSTM(HIDDEN, HIDDEN, LAYERS)
+        self.output_bias = nn.Parameter(torch.zeros(VOCAB))
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        outputs, _ = self.lstm(self.embedding(tokens))
+        return nn.functional.linear(outputs, self.embedding.weight, self.output_bias)
+
+
+class OurLanguageModel(nn.Module):
+    def __init__(self, family: str, fast: bool = True) -> None:
+        super().__init__()
+        self.model = LanguageModel(config_for(family))
+        for layer in self.model.layers:
+            layer.fast = fast
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.model(tokens, self.model.initial_state(tokens.shape[1]))[0]
+
+
+def matmul_flops_per_token(model: nn.Module) -> int:
+    """Forward matrix-multiply FLOPs per token: every recurrent weight once, plus the softmax."""
+    if isinstance(model, TorchLSTMLanguageModel):
+        recurrent = sum(p.numel() for name, p in model.lstm.named_parameters() if name.startswith("weight"))
+    else:
+        recurrent = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, nn.Linear))
+    return 2 * (recurrent + VOCAB * HIDDEN)
+
+
+def training_step(model: nn.Module, tokens: Tensor, targets: Tensor) -> Callable[[], None]:
+    def step() -> None:
+        logits = model(tokens)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)) * BPTT
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+    return step
+
+
+def recurrent_step(layers: Callable[[Tensor], Tensor], inputs: Tensor, grad: Tensor) -> Callable[[], None]:
+    def step() -> None:
+        layers(inputs).backward(grad)
+    return step
+
+
+def our_recurrent_stack(family: str, device: torch.device) -> Callable[[Tensor], Tensor]:
+    layers = nn.ModuleList(RecurrentLayer(config_for(family), layer) for layer in range(LAYERS)).to(device)
+
+    def run(inputs: Tensor) -> Tensor:
+        zeros = inputs.new_zeros(inputs.shape[1], HIDDEN)
+        for layer in layers:
+            inputs, _ = layer(inputs, (zeros, zeros))
+        return inputs
+    return run
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_in_turns(steps: dict[str, Callable[[], None]], rounds: int, device: torch.device,
+                  clock: Callable[[], float]) -> dict[str, list[float]]:
+    """Seconds per step of every entry, taking turns within each round after one untimed step each."""
+    for step in steps.values():
+        step()
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            synchronize(device)
+            started = clock()
+            step()
+            synchronize(device)
+            seconds[name].append(clock() - started)
+    return seconds
+
+
+def summarise(seconds: dict[str, list[float]], flops: dict[str, int], reference: str) -> dict[str, dict]:
+    tokens = BATCH * BPTT
+    reference_best = flops[reference] / min(seconds[reference])
+    rows = {}
+    for name, times in seconds.items():
+        per_round = [(flops[name] / t) / (flops[reference] / r) for t, r in zip(times, seconds[reference], strict=True)]
+        median = statistics.median(times)
+        rows[name] = {
+            "step_seconds_median": median,
+            "step_seconds_min": min(times),
+            "tokens_per_second": tokens / median,
+            "matmul_flops_per_step": flops[name],
+            "achieved_flops_per_second": flops[name] / median,
+            "efficiency_vs_reference": statistics.median(per_round),
+            "efficiency_vs_reference_best_times": (flops[name] / min(times)) / reference_best,
+        }
+    return rows
+
+
+def measure_warmup(family: str, device: str, threads: int) -> dict[str, float]:
+    """First training steps of a model in a fresh process (cold) and of a second model in it (warm)."""
+    code = (
+        "import json, sys, time, torch\n"
+        "sys.path.insert(0, '.')\n"
+        f"torch.set_num_threads({threads})\n"
+        "from benchmarks.cell_throughput import OurLanguageModel, training_step, synchronize, VOCAB, BPTT, BATCH\n"
+        f"device = torch.device('{device}')\n"
+        "tokens = torch.randint(VOCAB, (BPTT, BATCH), device=device)\n"
+        "result = {}\n"
+        "for run in ('cold', 'warm'):\n"
+        f"    model = OurLanguageModel('{family}').to(device)\n"
+        "    step = training_step(model, tokens, tokens)\n"
+        "    times = []\n"
+        "    for _ in range(6):\n"
+        "        synchronize(device); started = time.perf_counter(); step(); synchronize(device)\n"
+        "        times.append(time.perf_counter() - started)\n"
+        "    result[run + '_first_step_seconds'] = times[0]\n"
+        "    result[run + '_later_step_seconds'] = min(times[1:])\n"
+        "print(json.dumps(result))\n"
+    )
+    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    result = json.loads(output.stdout.strip().splitlines()[-1])
+    result["cold_warmup_seconds"] = result["cold_first_step_seconds"] - result["cold_later_step_seconds"]
+    result["warm_warmup_seconds"] = result["warm_first_step_seconds"] - result["warm_later_step_seconds"]
+    return result
+
+
+def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").exists():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    machine: dict[str, object] = {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
+        "onednn": torch.backends.mkldnn.is_available(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+        machine["cudnn"] = torch.backends.cudnn.version()
+    return machine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=10, help="timed steps per model, taken in turns")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="cpu: this process's CPU time, immune to other processes' load; use with --threads 1")
+    parser.add_argument("--output", type=Path, help="write the JSON result here (also printed)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    load_before = os.getloadavg()
+
+    reference = "torch.nn.LSTM"
+    models: dict[str, nn.Module] = {reference: TorchLSTMLanguageModel()}
+    models |= {family: OurLanguageModel(family) for family in FAMILY_FIELDS}
+    models["mogrifier (reference path: autograd through a per-step loop)"] = OurLanguageModel("mogrifier", fast=False)
+    tokens = torch.randint(VOCAB, (BPTT, BATCH), device=device)
+    targets = torch.randint(VOCAB, (BPTT, BATCH), device=device)
+    steps = {name: training_step(model.to(device), tokens, targets) for name, model in models.items()}
+    flops = {name: 3 * BATCH * BPTT * matmul_flops_per_token(model) for name, model in models.items()}
+    clock = CLOCKS[args.clock]
+    language_models = summarise(time_in_turns(steps, args.rounds, device, clock), flops, reference)
+
+    torch_lstm = nn.LSTM(HIDDEN, HIDDEN, LAYERS).to(device)
+    stacks: dict[str, Callable[[Tensor], Tensor]] = {reference: lambda x: torch_lstm(x)[0]}
+    stacks |= {family: our_recurrent_stack(family, device) for family in FAMILY_FIELDS}
+    inputs = torch.randn(BPTT, BATCH, HIDDEN, device=device, requires_grad=True)
+    grad = torch.randn(BPTT, BATCH, HIDDEN, device=device)
+    recurrent_flops = {name: flops[name] - 3 * BATCH * BPTT * 2 * VOCAB * HIDDEN for name in stacks}
+    recurrent_steps = {name: recurrent_step(stack, inputs, grad) for name, stack in stacks.items()}
+    recurrent = summarise(time_in_turns(recurrent_steps, args.rounds, device, clock), recurrent_flops, reference)
+
+    result = {
+        "benchmark": "cell_throughput",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": describe_machine(device, args.threads) | {"load_average_before": load_before,
+                                                              "load_average_after": os.getloadavg()},
+        "setup": {
+            "vocab_size": VOCAB, "embedding_size": HIDDEN, "hidden_size": HIDDEN, "layers": LAYERS, "batch": BATCH,
+            "bptt": BPTT, "mogrifier_rounds": ROUNDS, "mogrifier_rank": RANK, "rounds": args.rounds,
+            "clock": args.clock,
+            "step": "forward + cross-entropy + backward of the whole language model (no optimizer update)",
+            "flops": "matrix multiplies only: 2 per weight applied per token, x3 for forward + backward",
+            "efficiency_vs_reference": "achieved FLOP/s / torch.nn.LSTM's, per round, median over rounds",
+        },
+        "reference": reference + (" (cuDNN)" if device.type == "cuda" else " (oneDNN)"),
+        "mogrifier_efficiency_ratio": language_models["mogrifier"]["efficiency_vs_reference"],
+        "language_models": language_models,
+        "recurrent_layers_only": recurrent,
+        "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads)
+        | {"compilation": "none: the fast path runs eager kernels, so there is nothing to compile or cache"},
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""How the cells apply their linear maps: through autograd, or on a tape for a hand-written backward.
+
+Cells are written once, against `linear(module, inputs)`. The reference path passes `autograd_linear`
+and lets autograd differentiate the step. The fast path passes a `Tape`, which applies the same maps
+with the fastest matrix multiply available and records what each weight saw, so that after the
+backward pass through time every weight gradient is one large matrix multiply over the whole window
+instead of one small one per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+_ONEDNN_MIN_WEIGHT = 1 << 16
+"""Below this many weights oneDNN's per-call overhead outweighs its faster kernel (measured on CPU)."""
+
+
+def fast_linear(inputs: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`inputs @ weight.T + bias`, with oneDNN for large float32 weights on CPU.
+
+    PyTorch's CPU matmul goes to MKL, which on some CPUs (AMD among them) runs at half the speed of
+    oneDNN, the library behind `torch.nn.LSTM` on CPU. Elsewhere this is `F.linear`.
+    """
+    if _uses_onednn(inputs, weight):
+        return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
+    return nn.functional.linear(inputs, weight, bias)
+
+
+def _uses_onednn(inputs: Tensor, weight: Tensor) -> bool:
+    return (_ONEDNN and inputs.device.type == "cpu" and inputs.dtype == torch.float32
+            and weight.numel() >= _ONEDNN_MIN_WEIGHT)
+
+
+class Linear(Protocol):
+    def __call__(self, module: nn.Linear, inputs: Tensor) -> Tensor: ...
+
+
+def autograd_linear(module: nn.Linear, inputs: Tensor) -> Tensor:
+    return module(inputs)
+
+
+class Tape:
+    """Applies linear maps and records their inputs (forward) and output gradients (backward).
+
+    A module is used either once per step with (batch, features) inputs, or once per window with
+    (time, batch, features) inputs. Backward calls come in reverse time order.
+    """
+
+    def __init__(self, record: bool = True) -> None:
+        self.record = record
+        self._weights: dict[nn.Linear, tuple[Tensor, Tensor | None]] = {}
+        self._transposed: dict[nn.Linear, Tensor] = {}
+        self._inputs: dict[nn.Linear, list[Tensor]] = {}
+        self._grads: dict[nn.Linear, list[Tensor]] = {}
+        self._stacks: dict[tuple[int, ...], Tensor] = {}
+
+    def __call__(self, module: nn.Linear, inputs: Tensor) -> Tensor:
+        weights = self._weights.get(module)
+        if weights is None:  # looking parameters up on a Module is slow for a per-step call
+            weights = self._weights[module] = (module.weight, module.bias)
+        if self.record:
+            self._inputs.setdefault(module, []).append(inputs)
+        return fast_linear(inputs, *weights)
+
+    def for_backward(self) -> Tape:
+        """A tape with this one's forward records and none of its gradients (a graph may be run twice)."""
+        tape = Tape()
+        tape._weights, tape._transposed, tape._inputs = self._weights, self._transposed, self._inputs
+        return tape
+
+    def backward(self, module: nn.Linear, grad_outputs: Tensor) -> Tensor:
+        """The gradient with respect to the inputs of `module`, given that of its outputs."""
+        self._grads.setdefault(module, []).append(grad_outputs)
+        transposed = self._transposed.get(module)
+        if transposed is None:  # oneDNN is much faster with a contiguous right operand
+            transposed = self._transposed[module] = self._weights[module][0].detach().t().contiguous()
+        return fast_linear(grad_outputs, transposed)
+
+    def stack(self, steps: list[Tensor]) -> Tensor:
+        """torch.stack(steps), made once per list of tensors (an LSTM's gate gradients feed two weights)."""
+        key = tuple(map(id, steps))
+        if key not in self._stacks:
+            self._stacks[key] = steps[0] if len(steps) == 1 else torch.stack(steps)
+        return self._stacks[key]
+
+    def parameter_grads(self, parameters: Iterable[Tensor]) -> list[Tensor | None]:
+        """The gradient of each of `parameters` summed over the window (None for one never used)."""
+        grads: dict[Tensor, Tensor] = {}
+        for module, (weight, bias) in self._weights.items():
+            inputs, grad_outputs = self.stack(self._inputs[module]), self.stack(self._grads[module][::-1])
+            inputs, grad_outputs = inputs.reshape(-1, inputs.shape[-1]), grad_outputs.reshape(-1, weight.shape[0])
+            if _uses_onednn(inputs, weight):  # copies both operands to transpose them, still faster
+                grads[weight] = fast_linear(grad_outputs.t(), inputs.t())
+            else:
+                grads[weight] = grad_outputs.t() @ inputs
+            if bias is not None:
+                grads[bias] = grad_outputs.sum(0)
+        return [grads.get(parameter) for parameter in parameters]

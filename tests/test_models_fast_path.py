@@ -1,0 +1,164 @@
+"""The fast path (hand-written backward through time) against the reference (autograd) path, and gradcheck.
+
+Tolerances: in float64 both paths agree to 1e-10 (only the summation order of the weight gradients
+differs). In float32 the fast path multiplies with oneDNN and the reference with MKL, so results
+differ by rounding: outputs within 1e-5 and gradients within 1e-4 (relative) + 1e-5 (absolute).
+"""
+
+import itertools
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from models import FAMILIES, LanguageModel, ModelConfig
+from models.recurrence import RecurrentLayer, variational_mask
+
+
+def _layer_variants():
+    variants = []
+    for family in FAMILIES:
+        round_counts = (1, 4) if family.startswith("mogrifier") else (0,)
+        for rounds, rank, cap, masked in itertools.product(round_counts, (0, 2), (True, False), (False, True)):
+            if rank and not rounds:
+                continue
+            variants.append(pytest.param(family, rounds, rank, cap, masked,
+                                         id=f"{family}-r{rounds}-k{rank}-cap{cap}-mask{masked}"))
+    return variants
+
+
+def _layer(family, rounds, rank, cap, input_size, hidden, dtype):
+    """The first layer of a model whose embedding size is `input_size` (at most `hidden`)."""
+    config = ModelConfig(vocab_size=10, hidden_size=hidden, family=family, mogrifier_rounds=rounds,
+                         mogrifier_rank=rank, cap_input_gate=cap, input_embedding_ratio=input_size / hidden)
+    return RecurrentLayer(config, 0).to(dtype)
+
+
+def _window(steps, batch, input_size, hidden, dtype, masked):
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(steps, batch, input_size, dtype=dtype, generator=generator)
+    h = torch.randn(batch, hidden, dtype=dtype, generator=generator)
+    c = (0.5 * torch.randn(batch, hidden, dtype=dtype, generator=generator)).clamp(-1, 1)
+    mask = variational_mask(batch, hidden, 0.3, inputs) if masked else None
+    return inputs, h, c, mask
+
+
+def _outputs_and_grads(layer, fast, inputs, h, c, mask):
+    layer.fast = fast
+    inputs, h, c = (t.detach().requires_grad_() for t in (inputs, h, c))
+    outputs, (h_last, c_last) = layer(inputs, (h, c), mask)
+    weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype).view_as(outputs)
+    loss = (outputs * weights).sum() + 0.3 * h_last.sum() + 0.7 * c_last.sum()
+    grads = torch.autograd.grad(loss, [inputs, h, c, *layer.parameters()])
+    return [outputs, h_last, c_last, *grads]
+
+
+@pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
+def test_fast_path_matches_reference_in_double_precision(family, rounds, rank, cap, masked):
+    torch.manual_seed(0)
+    layer = _layer(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64)
+    window = _window(7, 3, 5, 6, torch.float64, masked)
+    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    for a, b in zip(fast, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fast_path_matches_reference_in_single_precision(family):
+    """Large enough (4H x H >= 65536) that the fast path takes its oneDNN kernels on CPU."""
+    torch.manual_seed(0)
+    rounds = 3 if family.startswith("mogrifier") else 0
+    layer = _layer(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
+    window = _window(6, 8, 128, 128, torch.float32, masked=True)
+    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    for index, (a, b) in enumerate(zip(fast, reference, strict=True)):
+        if index < 3:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
+def test_gradcheck_fast_layer(family, rounds, rank, cap, masked):
+    torch.manual_seed(0)
+    layer = _layer(family, rounds, rank, cap, input_size=2, hidden=3, dtype=torch.float64)
+    inputs, h, c, mask = _window(3, 2, 2, 3, torch.float64, masked)
+    names = [name for name, _ in layer.named_parameters()]
+
+    def run(inputs, h, c, *parameters):
+        outputs, state = functional_call(layer, dict(zip(names, parameters, strict=True)), (inputs, (h, c), mask))
+        return outputs, *state
+
+    arguments = [t.requires_grad_() for t in (inputs, h, c, *(p.detach().clone() for p in layer.parameters()))]
+    assert torch.autograd.gradcheck(run, arguments)
+
+
+def _tiny_model_configs():
+    common = dict(vocab_size=5, hidden_size=3, num_layers=2)
+    configs = [pytest.param(ModelConfig(family=family, mogrifier_rounds=2 if family.startswith("mogrifier") else 0,
+                                        mogrifier_rank=1, **common), id=family) for family in FAMILIES]
+    return [
+        *configs,
+        pytest.param(ModelConfig(family="mogrifier", mogrifier_rounds=3, input_embedding_ratio=0.7,
+                                 tie_embeddings=False, **common), id="projection-untied"),
+        pytest.param(ModelConfig(family="rlstm", softmax_components=2, input_embedding_ratio=0.7,
+                                 residual_connections=True, **{**common, "num_layers": 3}), id="mixture-residual"),
+    ]
+
+
+@pytest.mark.parametrize("config", _tiny_model_configs())
+def test_gradcheck_language_model(config):
+    torch.manual_seed(0)
+    model = LanguageModel(config).double().eval()
+    tokens = torch.randint(config.vocab_size, (3, 2), generator=torch.Generator().manual_seed(0))
+    state = [tuple(0.1 * torch.randn(2, config.hidden_size, dtype=torch.float64) for _ in range(2))
+             for _ in range(config.num_layers)]
+    names = [name for name, _ in model.named_parameters()]
+
+    def logits(*parameters):
+        return functional_call(model, dict(zip(names, parameters, strict=True)), (tokens, state))[0]
+
+    parameters = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    assert torch.autograd.gradcheck(logits, parameters)
+
+
+def _autograd_nodes(tensor):
+    seen, frontier = set(), [tensor.grad_fn]
+    while frontier:
+        node = frontier.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        frontier.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+def test_the_fast_path_is_selected_by_default():
+    model = LanguageModel(ModelConfig(vocab_size=11, hidden_size=4, family="mogrifier", mogrifier_rounds=2))
+    logits, _ = model(torch.zeros(3, 2, dtype=torch.long), model.initial_state(2))
+    nodes = _autograd_nodes(logits)
+    assert "_FastWindowBackward" in nodes
+    assert not any(name.startswith(("SigmoidBackward", "TanhBackward")) for name in nodes)
+
+
+def test_torch_func_transforms_fall_back_to_the_reference_path():
+    model = LanguageModel(ModelConfig(vocab_size=11, hidden_size=4, family="mogrifier_rlstm", mogrifier_rounds=2))
+    tokens, state = torch.randint(11, (3, 2), generator=torch.Generator().manual_seed(0)), model.initial_state(2)
+    parameters = {name: p.detach() for name, p in model.named_parameters()}
+    grads = torch.func.grad(lambda p: functional_call(model, p, (tokens, state))[0].sum())(parameters)
+    model(tokens, state)[0].sum().backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fast_path_without_gradients_matches_the_recorded_forward(family):
+    torch.manual_seed(0)
+    rounds = 2 if family.startswith("mogrifier") else 0
+    layer = _layer(family, rounds, 0, True, input_size=4, hidden=4, dtype=torch.float32)
+    inputs, h, c, mask = _window(5, 3, 4, 4, torch.float32, masked=True)
+    outputs, state = layer(inputs, (h, c), mask)
+    with torch.no_grad():
+        outputs_no_grad, state_no_grad = layer(inputs, (h, c), mask)
+    assert torch.equal(outputs, outputs_no_grad)
+    assert all(torch.equal(a, b) for a, b in zip(state, state_no_grad, strict=True))
