@@ -36,6 +36,7 @@ def test_schemathesis_finds_no_failure(ray_cluster, tmp_path):
             [executable, "--config-file", str(CONFIG), "run", f"{base_url}/openapi.json", "--max-examples", "40",
              "--phases", "examples,coverage,fuzzing", "--suppress-health-check", "all", "--workers", "1",
              "--header", f"Authorization: Bearer {token}", "--seed", "1"],
-            capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"})
+            capture_output=True, text=True, timeout=600, cwd=tmp_path,  # its cache goes in tmp, not the repo
+            env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"})
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "failure" not in run.stdout.split("SUMMARY")[-1].lower()

@@ -46,7 +46,7 @@ def test_bad_choice_lists_the_allowed_values(tiny_spec):
 
 def test_unknown_family_is_refused(tiny_spec):
     issues, _ = issues_of(tiny_spec(families=["lstm", "gru"]))
-    assert "'lstm' or 'mogrifier'" in issues["families.1"].message
+    assert "'lstm', 'mogrifier', 'rlstm', 'mogrifier_rlstm' or 'mlstm'" in issues["families.1"].message
 
 
 def test_out_of_range_fixed_value_names_the_allowed_range(tiny_spec):
@@ -81,9 +81,13 @@ def test_family_specific_hyperparameters_need_that_family(tiny_spec):
     assert "applies to families mogrifier" in issues["search_space.mogrifier_rounds"].message
 
 
-def test_mogrifier_family_needs_its_rounds_and_rank(tiny_spec):
+def test_mogrifier_families_need_their_rounds_and_rank(tiny_spec):
     issues, _ = issues_of(tiny_spec(fixed={"num_layers": 1}))
     assert "family 'mogrifier' needs 'mogrifier_rank'" in issues["fixed"].message
+    rlstm = tiny_spec(families=["mogrifier_rlstm"], fixed={"num_layers": 1, "mogrifier_rank": 2},
+                      search_space={"learning_rate": {"low": 0.001, "high": 0.01, "log": True}})
+    issues, _ = issues_of(rlstm)
+    assert "family 'mogrifier_rlstm' needs 'mogrifier_rounds'" in issues["fixed"].message
 
 
 def test_missing_required_fields_are_each_reported():

@@ -21,6 +21,7 @@ class Hyperparameter:
     low_open: bool = False  # True: low itself is not allowed
     high_open: bool = False
     families: tuple[str, ...] = FAMILIES
+    required: bool = False  # a study of one of `families` must fix or search it (no silent default)
 
     def allowed(self) -> str:
         if self.kind == "bool":
@@ -69,8 +70,8 @@ HYPERPARAMETERS: dict[str, Hyperparameter] = {
         _rate("state_dropout", "variational dropout on h_prev, one mask per sequence per window"),
         _rate("output_dropout", "dropout on the summed output (and after the projection)"),
         Hyperparameter("mogrifier_rounds", "model", "int", "mogrifier rounds (0 = plain cell)", 0, 6,
-                       families=MOGRIFIER_FAMILIES),
+                       families=MOGRIFIER_FAMILIES, required=True),
         Hyperparameter("mogrifier_rank", "model", "int", "rank of mogrifier matrices; <= 0 means full rank",
-                       families=MOGRIFIER_FAMILIES),
+                       families=MOGRIFIER_FAMILIES, required=True),
     )
 }

@@ -190,7 +190,7 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         if not spec.searched_for(family):
             issues.append((("search_space",), f"nothing is searched for family {family!r}; add a hyperparameter "
                                               f"that applies to it"))
-        needs = [h.name for h in HYPERPARAMETERS.values() if h.families == (family,)]
+        needs = [h.name for h in HYPERPARAMETERS.values() if h.required and family in h.families]
         for name in needs:
             if name not in spec.fixed and name not in spec.search_space:
                 issues.append((("fixed",), f"family {family!r} needs {name!r} in fixed or search_space"))
