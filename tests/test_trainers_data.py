@@ -201,3 +201,32 @@ def test_variable_length_windows_follow_awd_lstm_and_resume_exactly() -> None:
 
 def test_text_source_describes_itself(tmp_path: Path) -> None:
     assert str(TextSource(tmp_path / "x")) == str(tmp_path / "x")
+
+
+def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from trainers import registry
+    from tuner.cli import app
+
+    files = {"ptb.train.txt": b"a b\n", "ptb.valid.txt": b"a\n", "ptb.test.txt": b"b\n"}
+    archive = make_archive(tmp_path / "examples.tgz", {f"data/{n}": d for n, d in files.items()})
+    local = RegisteredDataset("ptb", archive.as_uri(), "ptb", {n: f"data/{n}" for n in files}, "tiny ptb")
+    monkeypatch.setitem(registry.REGISTRY, "ptb", local)
+    runner = CliRunner()
+    fetched = runner.invoke(app, ["data", "fetch", "ptb", "--cache-dir", str(tmp_path / "cache")])
+    assert fetched.exit_code == 0, fetched.output
+    assert str(tmp_path / "cache" / "ptb") in fetched.output.replace("\n", "")
+    assert sha256_of(tmp_path / "cache" / "ptb" / "ptb.valid.txt") in fetched.output
+    unknown = runner.invoke(app, ["data", "fetch", "ptb-word"])
+    assert unknown.exit_code == 2 and "unknown name 'ptb-word'; registered: ptb, ptb-char" in unknown.output
+
+
+def test_a_study_spec_accepts_every_kind_of_dataset() -> None:
+    from tuner.spec import StudySpec
+
+    base = {"name": "s", "families": ["lstm"], "parameter_budget": 1000, "search_space": {},
+            "tuning": {"trials": 1}}
+    for dataset in ({"name": "ptb"}, {"path": "/data/ptb", "format": "ptb"}, {"generator": "reverse-copy"}):
+        spec = StudySpec.model_validate(base | {"dataset": dataset})
+        assert spec.dataset == dataset_from_dict(dataset)
