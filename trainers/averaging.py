@@ -30,7 +30,8 @@ LossOf = Callable[[Weights], float]
 @dataclass(frozen=True)
 class Evaluated:
     """The weights a strategy reports at an evaluation, their loss, and how many iterates they average
-    (1: the raw weights)."""
+    (1: the raw weights). The weights may be the strategy's own running buffers: use them before the
+    next `add`."""
 
     loss: float
     weights: Weights

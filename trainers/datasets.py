@@ -101,4 +101,5 @@ def local_corpus(config: LocalDatasetConfig) -> Corpus:
     if (folder / CHECKSUMS).is_file():
         verify_checksums(folder, [name for name in layout.files if (folder / name).is_file()], pinned={},
                          remedy=f"replace the file or fix {folder / CHECKSUMS}", record=False)
-    return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens, str(folder))
+    return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens,
+                       f"{config.format} files in {folder}")

@@ -49,7 +49,10 @@ class Schedule(BaseModel):
     steps_per_turn: int = Field(100, ge=1, description="optimisation steps between evaluations")
     budget_steps: int | None = Field(None, ge=1, description="budget in optimisation steps")
     budget_epochs: float | None = Field(None, gt=0, description="budget in passes over the training split")
-    budget_seconds: float | None = Field(None, gt=0, description="budget in wall-clock seconds, evaluations included")
+    budget_seconds: float | None = Field(None, gt=0, description="budget in seconds of `clock`, evaluations included")
+    clock: Literal["wall", "process"] = Field(
+        "wall", description="what budget_seconds counts: wall-clock time, or the CPU time of the training process "
+                            "(all its threads), which other load on the machine does not eat into")
     batch_size: int = Field(32, ge=1, description="parallel token streams")
     bptt: int = Field(35, ge=2, description="window length of truncated backpropagation through time")
     variable_bptt: bool = Field(False, description="draw window lengths around bptt as AWD-LSTM does")
@@ -76,7 +79,7 @@ class TrainingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schedule: Schedule = Schedule()
-    learning_rate: float = Field(0.003, gt=0, description="Adam learning rate (beta1 = 0)")
+    learning_rate: float = Field(0.003, gt=0, description="learning rate of Adam or RAdam")
     l2_penalty: float = Field(0.0, ge=0, description="coefficient of l2 * sum(theta^2) / 2")
     seed: int = Field(0, description="seeds initialisation, dropout and window lengths")
 
@@ -91,6 +94,8 @@ class TurnReport:
     improved: bool
     tokens_per_second: float
     wall_seconds: float
+    process_seconds: float = 0.0
+    """CPU time of the training process so far, all threads."""
     averaging_length: int = 1
     """Iterates averaged in the evaluated weights (1: the raw weights)."""
     learning_rate: float | None = None
@@ -163,8 +168,8 @@ def train(
             run.best_val_loss, run.best_turn = evaluated.loss, run.turn
         report = TurnReport(
             run.turn, run.step, train_loss, evaluated.loss, run.best_val_loss, improved, tokens_per_second,
-            run.elapsed(), averaging_length=evaluated.length, learning_rate=run.learning_rate,
-            divergences=run.divergences, epochs=run.stream.epochs, final=finished,
+            run.stopwatch.wall(), process_seconds=run.stopwatch.process(), averaging_length=evaluated.length,
+            learning_rate=run.learning_rate, divergences=run.divergences, epochs=run.stream.epochs, final=finished,
         )
         run.reports.append(report)
         last_good = run.state_dict()
@@ -207,21 +212,18 @@ class TrainingRun:
         self.step = self.turn = self.best_turn = self.divergences = 0
         self.best_val_loss = math.inf
         self.reports: list[TurnReport] = []
-        self.seconds_before = 0.0  # wall-clock time of the run before this process resumed it
-        self.clock = time.perf_counter()
+        self.stopwatch = Stopwatch()
 
     @property
     def learning_rate(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
-    def elapsed(self) -> float:
-        return self.seconds_before + time.perf_counter() - self.clock
-
     def progress(self) -> float:
         """The fraction of the budget used so far."""
         schedule = self.schedule
         if schedule.budget_seconds is not None:
-            return self.elapsed() / schedule.budget_seconds
+            seconds = self.stopwatch.wall() if schedule.clock == "wall" else self.stopwatch.process()
+            return seconds / schedule.budget_seconds
         if schedule.budget_epochs is not None:
             return self.stream.epochs / schedule.budget_epochs
         steps = schedule.budget_steps or schedule.turns * schedule.steps_per_turn
@@ -289,7 +291,8 @@ class TrainingRun:
             raise ValueError(f"resume_from: {path} is a run with another configuration ({'; '.join(differences)}); "
                              f"resume it with its own configuration or start a new run")
         self.load_state_dict(state)
-        self.divergences, self.seconds_before, self.clock = state["divergences"], state["seconds"], time.perf_counter()
+        self.divergences = state["divergences"]
+        self.stopwatch.load_state_dict(state["stopwatch"])
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -308,11 +311,11 @@ class TrainingRun:
             "best_turn": self.best_turn,
             "reports": [asdict(report) for report in self.reports],
             "divergences": self.divergences,
-            "seconds": self.elapsed(),
+            "stopwatch": self.stopwatch.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Everything that decides the numbers of the rest of the run (not the clock, not the divergence count)."""
+        """Everything that decides the numbers of the rest of the run (not the clocks, not the divergence count)."""
         self.model.load_state_dict(state["weights"])
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # the optimiser would share its tensors
         self.averaging.load_state_dict(state["averaging"])
@@ -324,6 +327,30 @@ class TrainingRun:
         self.step, self.turn = state["step"], state["turn"]
         self.best_val_loss, self.best_turn = state["best_val_loss"], state["best_turn"]
         self.reports = [TurnReport(**report) for report in state["reports"]]
+
+
+class Stopwatch:
+    """Wall-clock and process CPU seconds of a run, counted on across resumptions."""
+
+    def __init__(self) -> None:
+        self.wall_before = self.process_before = 0.0
+        self.restart()
+
+    def restart(self) -> None:
+        self.wall_started, self.process_started = time.perf_counter(), time.process_time()
+
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self.wall_started
+
+    def process(self) -> float:
+        return self.process_before + time.process_time() - self.process_started
+
+    def state_dict(self) -> dict[str, float]:
+        return {"wall": self.wall(), "process": self.process()}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.wall_before, self.process_before = state["wall"], state["process"]
+        self.restart()
 
 
 def make_optimizer(name: str, params: Sequence[Tensor], learning_rate: float) -> torch.optim.Optimizer:
