@@ -96,6 +96,8 @@ def test_generated_corpora_are_dataset_configurations() -> None:
     assert isinstance(markov, MarkovCorpusConfig) and load_corpus(markov).best_cross_entropy > 0
     with pytest.raises(ValidationError, match="needs one of: name .*, path .*, generator"):
         dataset_from_dict({"nme": "ptb"})
+    with pytest.raises(ValidationError, match="unknown generator 'zipf'; allowed: markov, reverse-copy"):
+        dataset_from_dict({"generator": "zipf"})
 
 
 def test_reverse_copy_examples_and_best_possible_loss() -> None:
@@ -230,3 +232,10 @@ def test_a_study_spec_accepts_every_kind_of_dataset() -> None:
     for dataset in ({"name": "ptb"}, {"path": "/data/ptb", "format": "ptb"}, {"generator": "reverse-copy"}):
         spec = StudySpec.model_validate(base | {"dataset": dataset})
         assert spec.dataset == dataset_from_dict(dataset)
+        assert StudySpec.model_validate(spec.model_dump(mode="json")) == spec
+    with pytest.raises(ValidationError) as caught:
+        StudySpec.model_validate(base | {"dataset": {"generator": "reverse-copy", "colour": "blue"}})
+    [error] = caught.value.errors()
+    assert error["loc"] == ("dataset", "colour")
+    assert error["msg"] == ("unknown field; allowed: generator, symbols, length, train_examples, valid_examples, "
+                            "test_examples, seed")

@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from trainers.corpus import Corpus
 from trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
@@ -48,23 +49,46 @@ class LocalDatasetConfig(BaseModel):
     unknown_tokens: UnknownTokens = _UNKNOWN_TOKENS
 
 
-def _dataset_kind(data: Any) -> str | None:
-    if isinstance(data, dict):
-        return data.get("generator") or ("path" if "path" in data else "name" if "name" in data else None)
-    return getattr(data, "generator", None) or ("path" if hasattr(data, "path") else "name")
+DATASET_KINDS: dict[str, type[BaseModel]] = {
+    "name": RegisteredDatasetConfig,
+    "path": LocalDatasetConfig,
+    "markov": MarkovCorpusConfig,
+    "reverse-copy": ReverseCopyConfig,
+}
+
+
+def _validate_dataset(data: Any) -> Any:
+    """Validate a mapping with the configuration its keys select (`generator`, else `path`, else `name`).
+
+    Errors keep plain field paths (`dataset.vocab_size`, not the union member's name), and an unknown
+    field lists the fields of the selected configuration.
+    """
+    if not isinstance(data, dict):
+        return data
+    kind = data.get("generator") or ("path" if "path" in data else "name" if "name" in data else None)
+    if kind not in DATASET_KINDS:
+        where, detail = (("generator",), f"unknown generator {kind!r}; allowed: markov, reverse-copy") \
+            if "generator" in data else ((), "a dataset needs one of: name (a registered dataset), path (local files "
+                                             "with a format), generator (markov or reverse-copy)")
+        raise _errors("dataset", [(where, detail, data.get("generator", data))])
+    model = DATASET_KINDS[kind]
+    unknown = [key for key in data if key not in model.model_fields]
+    if unknown:
+        allowed = ", ".join(model.model_fields)
+        raise _errors(model.__name__, [((key,), f"unknown field; allowed: {allowed}", data[key]) for key in unknown])
+    return model.model_validate(data)
+
+
+def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:
+    return ValidationError.from_exception_data(title, [
+        {"type": PydanticCustomError("dataset", message), "loc": loc, "input": value}
+        for loc, message, value in problems
+    ])
 
 
 DatasetConfig = Annotated[
-    Annotated[RegisteredDatasetConfig, Tag("name")]
-    | Annotated[LocalDatasetConfig, Tag("path")]
-    | Annotated[MarkovCorpusConfig, Tag("markov")]
-    | Annotated[ReverseCopyConfig, Tag("reverse-copy")],
-    Discriminator(
-        _dataset_kind,
-        custom_error_type="dataset_kind",
-        custom_error_message="a dataset needs one of: name (a registered dataset), path (local files with a "
-                             "format), generator (markov or reverse-copy)",
-    ),
+    RegisteredDatasetConfig | LocalDatasetConfig | MarkovCorpusConfig | ReverseCopyConfig,
+    BeforeValidator(_validate_dataset),
 ]
 """Every dataset configuration `load_corpus` accepts."""
 
