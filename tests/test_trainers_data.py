@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import tarfile
+import typing
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from trainers import (
     load_corpus,
 )
 from trainers.batching import TrainingStream, batchify, windows
-from trainers.datasets import local_corpus
+from trainers.datasets import FormatName, RegisteredName, local_corpus
 from trainers.files import sha256_of
 from trainers.registry import CHECKSUMS, LAYOUTS, REGISTRY, Layout, RegisteredDataset, fetch_dataset, read_checksums
 from trainers.text import TextSource, read_corpus
@@ -160,6 +161,8 @@ def test_fetch_failure_says_how_to_get_the_files_by_hand(tmp_path: Path) -> None
 
 def test_registry_lists_the_six_datasets_with_their_layouts() -> None:
     assert sorted(REGISTRY) == ["enwik8", "ptb", "ptb-char", "text8", "wikitext-103", "wikitext-2"]
+    assert set(typing.get_args(RegisteredName)) == set(REGISTRY)
+    assert set(typing.get_args(FormatName)) == set(LAYOUTS)
     for dataset in REGISTRY.values():
         assert set(dataset.members) == set(LAYOUTS[dataset.layout].files)
         assert dataset.url.startswith(("http://", "https://"))
