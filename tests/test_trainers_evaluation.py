@@ -131,6 +131,21 @@ def test_dynamic_evaluation_scores_a_segment_before_adapting_to_it(trained) -> N
     assert dynamic_cross_entropy(model, corpus.valid[:11], rms, config) != cross_entropy(model, corpus.valid[:11], 1, 5)
 
 
+def test_monte_carlo_dynamic_evaluation_averages_passes_that_each_start_from_theta_0(trained) -> None:
+    corpus, path = trained
+    model = load_checkpoint(path).model
+    rms = gradient_rms(model, corpus.train, batch_size=32, bptt=20, max_windows=5)
+    config = DynamicEvaluationConfig(max_time_steps=5, learning_rate=3e-3, decay=1e-3)
+    text = corpus.valid[:300]
+    deterministic = dynamic_cross_entropy(model, text, rms, config)
+    assert dynamic_cross_entropy(model, text, rms, config, mc_samples=2, mc_multiplier=0.0) == pytest.approx(
+        deterministic, rel=1e-9)
+    torch.manual_seed(0)
+    noisy = dynamic_cross_entropy(model, text, rms, config, mc_samples=2, mc_multiplier=1.0)
+    assert math.isfinite(noisy) and noisy != deterministic
+    assert dynamic_cross_entropy(model, text, rms, config) == deterministic
+
+
 def test_decay_alone_keeps_the_weights_at_theta_0(trained) -> None:
     """With the decay clipped at 1/lambda, lambda * RMSnorm <= 1: a huge lambda pulls the weights all the
     way back to theta_0 after every update, never past it."""
