@@ -1,10 +1,32 @@
-"""Corpora, batching, the training loop, evaluation and checkpoints."""
+"""Corpora, batching, the training loop, averaging, evaluation, dynamic evaluation and checkpoints."""
 
-from trainers.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, sha256_of
+from trainers.averaging import (
+    AveragingConfig,
+    NoAveragingConfig,
+    NTASGDConfig,
+    TailAveragingConfig,
+    TwoTailedAveragingConfig,
+)
+from trainers.checkpoint import Checkpoint, load_checkpoint, load_training_state, save_checkpoint, sha256_of
 from trainers.corpus import EOS, Corpus, Vocabulary
-from trainers.datasets import DatasetConfig, dataset_from_dict, load_corpus
-from trainers.evaluation import cross_entropy
-from trainers.generated import MarkovCorpusConfig
+from trainers.datasets import (
+    DatasetConfig,
+    LocalDatasetConfig,
+    RegisteredDatasetConfig,
+    dataset_from_dict,
+    load_corpus,
+)
+from trainers.dynamic_evaluation import DynamicEvaluationConfig, dynamic_cross_entropy, gradient_rms
+from trainers.evaluation import (
+    ProtocolResult,
+    TemperatureSearch,
+    cross_entropy,
+    evaluate_checkpoint,
+    monte_carlo_cross_entropy,
+    search_logit_scale,
+)
+from trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
+from trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
 from trainers.training import (
     Schedule,
     TrainingConfig,
@@ -18,23 +40,44 @@ from trainers.training import (
 
 __all__ = [
     "EOS",
+    "REGISTRY",
+    "AveragingConfig",
     "Checkpoint",
     "Corpus",
     "DatasetConfig",
+    "DynamicEvaluationConfig",
+    "LocalDatasetConfig",
     "MarkovCorpusConfig",
+    "NTASGDConfig",
+    "NoAveragingConfig",
+    "ProtocolResult",
+    "RegisteredDatasetConfig",
+    "ReverseCopyConfig",
     "Schedule",
+    "TailAveragingConfig",
+    "TemperatureSearch",
     "TrainingConfig",
     "TrainingDiverged",
     "TrainingResult",
     "TurnCallback",
     "TurnReport",
+    "TwoTailedAveragingConfig",
     "Vocabulary",
     "cross_entropy",
     "dataset_from_dict",
+    "default_cache_dir",
     "default_device",
+    "dynamic_cross_entropy",
+    "evaluate_checkpoint",
+    "fetch_dataset",
+    "gradient_rms",
     "load_checkpoint",
     "load_corpus",
+    "load_training_state",
+    "monte_carlo_cross_entropy",
+    "registered",
     "save_checkpoint",
+    "search_logit_scale",
     "sha256_of",
     "train",
 ]

@@ -1,14 +1,102 @@
-"""The dataset registry: a dataset configuration in, a Corpus out."""
+"""Dataset configurations and `load_corpus`: a configuration in, a Corpus out.
+
+A dataset is one of
+- `name: ptb` (or ptb-char, wikitext-2, wikitext-103, enwik8, text8): a registered dataset,
+  downloaded into the cache on first use and verified by checksum;
+- `path: DIR` with `format: ptb` (or ptb-char, wikitext, enwik8, text8): local files laid out like
+  the registered dataset of that format;
+- `generator: markov` or `generator: reverse-copy`: a corpus generated on the fly.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from trainers.corpus import Corpus
-from trainers.generated import MarkovCorpusConfig, markov_corpus
+from trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
+from trainers.registry import CHECKSUMS, LAYOUTS, fetch_dataset, registered, verify_checksums
+from trainers.text import UnknownTokens, read_corpus
 
-DatasetConfig = MarkovCorpusConfig
-"""Every dataset configuration the registry accepts (a union once more sources exist)."""
+RegisteredName = Literal["ptb", "ptb-char", "wikitext-2", "wikitext-103", "enwik8", "text8"]
+FormatName = Literal["ptb", "ptb-char", "wikitext", "enwik8", "text8"]
+
+_UNKNOWN_TOKENS = Field(
+    "error", description="validation/test tokens missing from the training split: error, unk (map to <unk>), "
+                         "add (vocabulary from all splits)")
+
+
+class RegisteredDatasetConfig(BaseModel):
+    """A registered public dataset, fetched into the cache (`$LM_TUNER_DATA`) on first use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: RegisteredName
+    unknown_tokens: UnknownTokens = _UNKNOWN_TOKENS
+
+
+class LocalDatasetConfig(BaseModel):
+    """Files in a local folder, laid out like the registered dataset of `format`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(..., description="folder holding the files of the format")
+    format: FormatName
+    unknown_tokens: UnknownTokens = _UNKNOWN_TOKENS
+
+
+DATASET_KINDS: dict[str, type[BaseModel]] = {
+    "name": RegisteredDatasetConfig,
+    "path": LocalDatasetConfig,
+    "markov": MarkovCorpusConfig,
+    "reverse-copy": ReverseCopyConfig,
+}
+
+
+def _validate_dataset(data: Any) -> Any:
+    """Validate a mapping with the configuration its keys select (`generator`, else `path`, else `name`).
+
+    Errors keep plain field paths (`dataset.vocab_size`, not the union member's name), and an unknown
+    field lists the fields of the selected configuration.
+    """
+    if not isinstance(data, dict):
+        return data
+    kind = data.get("generator") or ("path" if "path" in data else "name" if "name" in data else None)
+    if kind not in DATASET_KINDS:
+        where, detail = (("generator",), f"unknown generator {kind!r}; allowed: markov, reverse-copy") \
+            if "generator" in data else ((), "a dataset needs one of: name (a registered dataset), path (local files "
+                                             "with a format), generator (markov or reverse-copy)")
+        raise _errors("dataset", [(where, detail, data.get("generator", data))])
+    model = DATASET_KINDS[kind]
+    unknown = [key for key in data if key not in model.model_fields]
+    if unknown:
+        allowed = ", ".join(model.model_fields)
+        raise _errors(model.__name__, [((key,), f"unknown field; allowed: {allowed}", data[key]) for key in unknown])
+    return model.model_validate(data)
+
+
+def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:
+    return ValidationError.from_exception_data(title, [
+        {"type": PydanticCustomError("dataset", message), "loc": loc, "input": value}
+        for loc, message, value in problems
+    ])
+
+
+DatasetConfig = Annotated[
+    RegisteredDatasetConfig | LocalDatasetConfig | MarkovCorpusConfig | ReverseCopyConfig,
+    BeforeValidator(_validate_dataset),
+]
+"""Every dataset configuration `load_corpus` accepts."""
+
+_ADAPTER: TypeAdapter[DatasetConfig] = TypeAdapter(DatasetConfig)
+
+
+def dataset_from_dict(data: dict) -> DatasetConfig:
+    return _ADAPTER.validate_python(data)
 
 
 @lru_cache(maxsize=4)
@@ -16,8 +104,26 @@ def load_corpus(config: DatasetConfig) -> Corpus:
     """Build (or fetch from this process's cache) the corpus a configuration describes."""
     if isinstance(config, MarkovCorpusConfig):
         return markov_corpus(config)
+    if isinstance(config, ReverseCopyConfig):
+        return reverse_copy_corpus(config)
+    if isinstance(config, RegisteredDatasetConfig):
+        dataset = registered(config.name)
+        layout = LAYOUTS[dataset.layout]
+        folder = fetch_dataset(dataset)
+        return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens, dataset.name)
+    if isinstance(config, LocalDatasetConfig):
+        return local_corpus(config)
     raise TypeError(f"dataset: unsupported configuration {type(config).__name__}")
 
 
-def dataset_from_dict(data: dict) -> DatasetConfig:
-    return MarkovCorpusConfig.model_validate(data)
+def local_corpus(config: LocalDatasetConfig) -> Corpus:
+    folder = Path(config.path).expanduser()
+    layout = LAYOUTS[config.format]
+    if not folder.is_dir():
+        raise FileNotFoundError(f"dataset path: no folder at {folder}; give the folder that holds "
+                                f"{', '.join(layout.files)} (format {config.format!r})")
+    if (folder / CHECKSUMS).is_file():
+        verify_checksums(folder, [name for name in layout.files if (folder / name).is_file()], pinned={},
+                         remedy=f"replace the file or fix {folder / CHECKSUMS}", record=False)
+    return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens,
+                       f"{config.format} files in {folder}")

@@ -1,28 +1,155 @@
-"""Deterministic evaluation: mean cross-entropy per token over one split."""
+"""Static evaluation: deterministic and Monte-Carlo dropout cross-entropy, the softmax temperature
+search, and the test protocol.
+
+Every evaluation reads a split as parallel streams cut into windows, with the state carried across
+windows; at batch size 1 that is one continuous stream. Losses are summed in float64, window by
+window, so two evaluations that score the same windows agree exactly.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from models import LanguageModel
+from models import LanguageModel, monte_carlo_dropout
 from trainers.batching import batchify, windows
+from trainers.checkpoint import load_checkpoint
+from trainers.corpus import Corpus
+from trainers.objective import sample_rows, token_nll
+
+# Methodology section 4: s = 1.06, 1.04, ..., 0.80, stopping after 2 values without improvement.
+LOGIT_SCALES = tuple(round(1.06 - 0.02 * i, 2) for i in range(14))
+TEMPERATURE_PATIENCE = 2
+TEMPERATURE_TOKENS = 50_000
+
+
+@contextmanager
+def evaluation_mode(model: LanguageModel) -> Iterator[LanguageModel]:
+    """Dropout off inside the block; the previous mode is restored on exit."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def window_logits(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int,
+               rows_per_stream: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
+    """Logits and targets of each window, the state carried; `rows_per_stream` copies of every stream."""
+    device = model.output_bias.device
+    batched = batchify(stream, batch_size).to(device)
+    state = model.initial_state(batch_size * rows_per_stream)
+    for inputs, targets in windows(batched, bptt):
+        logits, state = model(sample_rows(inputs, rows_per_stream), state)
+        yield logits, targets
 
 
 @torch.no_grad()
-def cross_entropy(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int) -> float:
-    """Mean negative log-likelihood in nats per token, dropout off, state carried across windows."""
-    was_training = model.training
-    model.eval()
-    device = model.output_bias.device
-    batched = batchify(stream, batch_size).to(device)
-    state = model.initial_state(batch_size)
+def cross_entropy(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int, *,
+                  logit_scale: float = 1.0) -> float:
+    """Mean negative log-likelihood in nats per token, dropout off; logits are multiplied by `logit_scale`."""
     total, count = 0.0, 0
-    for inputs, targets in windows(batched, bptt):
-        logits, state = model(inputs, state)
-        total += torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-        ).item()
-        count += targets.numel()
-    model.train(was_training)
+    with evaluation_mode(model):
+        for logits, targets in window_logits(model, stream, batch_size, bptt):
+            nll = token_nll(logits, targets, logit_scale)
+            total += nll.double().sum().item()
+            count += nll.numel()
     return total / count
+
+
+@torch.no_grad()
+def monte_carlo_cross_entropy(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int, *,
+                              multiplier: float, samples: int, logit_scale: float = 1.0,
+                              max_rows: int = 1024) -> float:
+    """Mean negative log of the probability averaged over `samples` dropout masks, every dropout rate
+    multiplied by `multiplier` (Monte-Carlo dropout evaluation).
+
+    Each sample reads the whole split with its own masks and state. Samples run side by side along
+    the batch, at most `max_rows` rows at a time.
+    """
+    if samples < 1:
+        raise ValueError(f"samples: got {samples}; allowed: an integer >= 1")
+    group = max(1, min(samples, max_rows // batch_size))
+    log_probability_sums: list[Tensor] | None = None  # per window: ln sum over samples of p, (time, batch)
+    with monte_carlo_dropout(model, multiplier):
+        for first in range(0, samples, group):
+            size = min(group, samples - first)
+            sums = []
+            for logits, targets in window_logits(model, stream, batch_size, bptt, rows_per_stream=size):
+                nll = token_nll(logits, sample_rows(targets, size), logit_scale)
+                sums.append(torch.logsumexp(-nll.view(nll.shape[0], size, batch_size).double(), dim=1))
+            log_probability_sums = sums if log_probability_sums is None else [
+                torch.logaddexp(before, new) for before, new in zip(log_probability_sums, sums, strict=True)]
+    total = sum((math.log(samples) - sums).sum().item() for sums in log_probability_sums)
+    return total / sum(sums.numel() for sums in log_probability_sums)
+
+
+@dataclass(frozen=True)
+class TemperatureSearch:
+    """The chosen softmax temperature s (logits are multiplied by s) and the losses of the values tried."""
+
+    logit_scale: float
+    loss: float
+    losses: dict[float, float]
+
+
+@torch.no_grad()
+def search_logit_scale(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int, *,
+                       tokens: int = TEMPERATURE_TOKENS) -> TemperatureSearch:
+    """Try s = 1.06, 1.04, ... on the first `tokens` tokens, stopping after 2 values without improvement.
+
+    One forward pass scores every grid value; the stopping rule then picks among the values it would
+    have tried one by one.
+    """
+    totals, count = dict.fromkeys(LOGIT_SCALES, 0.0), 0
+    with evaluation_mode(model):
+        for logits, targets in window_logits(model, stream[:tokens], batch_size, bptt):
+            for scale in LOGIT_SCALES:
+                totals[scale] += token_nll(logits, targets, scale).double().sum().item()
+            count += targets.numel()
+    tried: dict[float, float] = {}
+    best, since_best = LOGIT_SCALES[0], 0
+    for scale in LOGIT_SCALES:
+        tried[scale] = totals[scale] / count
+        if tried[scale] < tried[best]:
+            best, since_best = scale, 0
+        elif scale != best:
+            since_best += 1
+            if since_best == TEMPERATURE_PATIENCE:
+                break
+    return TemperatureSearch(best, tried[best], tried)
+
+
+@dataclass(frozen=True)
+class ProtocolResult:
+    """Cross-entropies (nats per token) of the test protocol; `mc_*` only when Monte-Carlo samples were asked."""
+
+    logit_scale: float
+    valid: float
+    test: float
+    mc_valid: float | None = None
+    mc_test: float | None = None
+
+
+def evaluate_checkpoint(path: Path | str, corpus: Corpus, *, bptt: int = 100, search_temperature: bool = True,
+                        mc_samples: int = 0, mc_multiplier: float = 0.8,
+                        device: str | torch.device = "cpu") -> ProtocolResult:
+    """The test protocol: the best checkpoint (holding the averaged weights it was chosen with), batch
+    size 1 over each split as one continuous stream, the softmax temperature chosen on validation,
+    then deterministic and, with `mc_samples`, Monte-Carlo dropout evaluation."""
+    model = load_checkpoint(path, device).model
+    scale = search_logit_scale(model, corpus.valid, 1, bptt).logit_scale if search_temperature else 1.0
+    splits = {"valid": corpus.valid, "test": corpus.test}
+    scores = {name: cross_entropy(model, split, 1, bptt, logit_scale=scale) for name, split in splits.items()}
+    if mc_samples > 0:
+        for name, split in splits.items():
+            scores[f"mc_{name}"] = monte_carlo_cross_entropy(model, split, 1, bptt, multiplier=mc_multiplier,
+                                                             samples=mc_samples, logit_scale=scale)
+    return ProtocolResult(scale, **scores)

@@ -120,3 +120,50 @@ def markov_corpus(config: MarkovCorpusConfig) -> Corpus:
                      f"best possible perplexity {math.exp(entropy_rate):.3f}"),
         best_cross_entropy=entropy_rate,
     )
+
+
+class ReverseCopyConfig(BaseModel):
+    """The reverse copy task of the Mogrifier paper (Melis et al. 2020, section 5) as one token stream.
+
+    Each example is `length` symbols drawn uniformly from `symbols`, a <sep> marker, the same symbols
+    in reverse order, and <eos>. Only the first half of an example is unpredictable, so the best
+    possible cross-entropy is length * ln(symbols) / (2 * length + 2) nats per token. The paper used
+    1000 symbols and 500,000 / 10,000 / 10,000 examples; the defaults here are demo-sized.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    generator: Literal["reverse-copy"] = "reverse-copy"
+    symbols: int = Field(100, ge=2, le=100_000, description="distinct symbols to copy")
+    length: int = Field(20, ge=1, le=10_000, description="symbols per example before the <sep> marker")
+    train_examples: int = Field(5_000, ge=1)
+    valid_examples: int = Field(500, ge=1)
+    test_examples: int = Field(500, ge=1)
+    seed: int = 0
+
+
+SEP = "<sep>"
+
+
+def reverse_copy_corpus(config: ReverseCopyConfig) -> Corpus:
+    width = len(str(config.symbols - 1))
+    vocabulary = Vocabulary((EOS, SEP, *(f"s{i:0{width}d}" for i in range(config.symbols))))
+    eos, sep, first_symbol = 0, 1, 2
+
+    def examples(count: int, stream: int) -> torch.Tensor:
+        rng = np.random.default_rng([config.seed, stream])
+        inputs = first_symbol + rng.integers(0, config.symbols, size=(count, config.length))
+        markers = np.full((count, 1), sep)
+        ends = np.full((count, 1), eos)
+        return torch.from_numpy(np.concatenate([inputs, markers, inputs[:, ::-1], ends], axis=1).ravel())
+
+    best = config.length * math.log(config.symbols) / (2 * config.length + 2)
+    return Corpus(
+        vocabulary=vocabulary,
+        train=examples(config.train_examples, 0),
+        valid=examples(config.valid_examples, 1),
+        test=examples(config.test_examples, 2),
+        description=(f"reverse copy of {config.length} symbols out of {config.symbols}, "
+                     f"best possible perplexity {math.exp(best):.3f}"),
+        best_cross_entropy=best,
+    )

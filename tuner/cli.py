@@ -17,6 +17,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from tuner.data_cli import data_app  # noqa: E402
 from tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings  # noqa: E402
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(data_app, name="data")
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 

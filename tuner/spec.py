@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trainers import MarkovCorpusConfig, Schedule
+from trainers import DatasetConfig, Schedule
 from tuner.hyperparameters import HYPERPARAMETERS
 
 Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
@@ -67,7 +67,7 @@ class Resources(_Strict):
 class StudySpec(_Strict):
     name: str = Field(..., pattern=NAME_PATTERN, description="unique study name")
     description: str = Field("", description="free text shown with the study")
-    dataset: MarkovCorpusConfig = Field(..., description="the corpus; see its section")
+    dataset: DatasetConfig = Field(..., description="the corpus; see its section")
     families: list[Family] = Field(..., min_length=1, description="model families compared at one budget")
     parameter_budget: int = Field(..., ge=1, description="trainable parameters of every model")
     training: Schedule = Field(Schedule(), description="the training schedule; see its section")

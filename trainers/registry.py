@@ -1,0 +1,253 @@
+"""The dataset registry: where each public dataset comes from, how its files are laid out, and the
+local cache it is downloaded into.
+
+Checksums. A registered file's SHA-256 is pinned below only where this project computed it from the
+file itself (PTB word level, from the standard files). Every other download is checked on trust at
+first use: the digests of the archive and of the extracted files are recorded in the dataset's
+`SHA256SUMS` when it is fetched, and every later load verifies the files against that record.
+A folder given by `path:` is verified against its own `SHA256SUMS` when it has one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from trainers.files import sha256_of
+from trainers.text import SPLITS, TextSource, Tokenisation
+
+CACHE_VARIABLE = "LM_TUNER_DATA"
+CHECKSUMS = "SHA256SUMS"
+
+
+def default_cache_dir() -> Path:
+    """`$LM_TUNER_DATA`, else ~/.cache/lm-tuner/datasets."""
+    configured = os.environ.get(CACHE_VARIABLE)
+    return Path(configured) if configured else Path.home() / ".cache" / "lm-tuner" / "datasets"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a dataset's splits are stored in its folder.
+
+    Either one file per split (`split_files`, in train/valid/test order), or one file whose last
+    2 x `held_out_bytes` bytes are the validation then the test split (enwik8, text8).
+    """
+
+    tokenisation: Tokenisation
+    split_files: tuple[str, str, str] | None = None
+    single_file: str | None = None
+    held_out_bytes: int = 0
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self.split_files or (self.single_file,)
+
+    def sources(self, folder: Path) -> dict[str, TextSource]:
+        if self.split_files is not None:
+            return {split: TextSource(folder / name) for split, name in zip(SPLITS, self.split_files, strict=True)}
+        path = folder / self.single_file
+        held_out = self.held_out_bytes
+        size = path.stat().st_size if path.is_file() else 0
+        if path.is_file() and size <= 2 * held_out:
+            raise ValueError(f"{path}: {size:,} bytes leave no training text after the {2 * held_out:,} "
+                             f"held-out bytes; the file is truncated, replace it")
+        return {
+            "train": TextSource(path, 0, size - 2 * held_out),
+            "valid": TextSource(path, size - 2 * held_out, held_out),
+            "test": TextSource(path, size - held_out, held_out),
+        }
+
+
+LAYOUTS: dict[str, Layout] = {
+    "ptb": Layout("lines", split_files=("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")),
+    "ptb-char": Layout("lines", split_files=("ptb.char.train.txt", "ptb.char.valid.txt", "ptb.char.test.txt")),
+    "wikitext": Layout("lines", split_files=("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")),
+    # The standard splits: the last 10M bytes are 5M validation then 5M test (Mahoney; Transformer-XL).
+    "enwik8": Layout("bytes", single_file="enwik8", held_out_bytes=5_000_000),
+    "text8": Layout("bytes", single_file="text8", held_out_bytes=5_000_000),
+}
+
+
+@dataclass(frozen=True)
+class RegisteredDataset:
+    """A public dataset: its archive, the archive members that become the files of `layout`, and
+    the SHA-256 of those files where it is known in advance."""
+
+    name: str
+    url: str
+    layout: str
+    members: dict[str, str]  # file name in the dataset folder -> path inside the archive
+    description: str
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def archive_name(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+_SIMPLE_EXAMPLES = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
+
+REGISTRY: dict[str, RegisteredDataset] = {
+    dataset.name: dataset
+    for dataset in (
+        RegisteredDataset(
+            "ptb", _SIMPLE_EXAMPLES, "ptb",
+            {name: f"simple-examples/data/{name}" for name in LAYOUTS["ptb"].files},
+            "Penn Treebank, word level (Mikolov et al. 2010), 10k vocabulary",
+            sha256={
+                "ptb.train.txt": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
+                "ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
+                "ptb.test.txt": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
+            },
+        ),
+        RegisteredDataset(
+            "ptb-char", _SIMPLE_EXAMPLES, "ptb-char",
+            {name: f"simple-examples/data/{name}" for name in LAYOUTS["ptb-char"].files},
+            "Penn Treebank, character level (Mikolov et al. 2012)",
+        ),
+        RegisteredDataset(
+            "wikitext-2", "https://wikitext.smerity.com/wikitext-2-v1.zip", "wikitext",
+            {name: f"wikitext-2/{name}" for name in LAYOUTS["wikitext"].files},
+            "WikiText-2 (Merity et al. 2016), word level, 33k vocabulary",
+        ),
+        RegisteredDataset(
+            "wikitext-103", "https://wikitext.smerity.com/wikitext-103-v1.zip", "wikitext",
+            {name: f"wikitext-103/{name}" for name in LAYOUTS["wikitext"].files},
+            "WikiText-103 (Merity et al. 2016), word level, 267k vocabulary",
+        ),
+        RegisteredDataset(
+            "enwik8", "http://mattmahoney.net/dc/enwik8.zip", "enwik8", {"enwik8": "enwik8"},
+            "enwik8 (Hutter Prize): the first 10^8 bytes of an English Wikipedia dump, byte level",
+        ),
+        RegisteredDataset(
+            "text8", "http://mattmahoney.net/dc/text8.zip", "text8", {"text8": "text8"},
+            "text8 (Mahoney): 10^8 characters of cleaned English Wikipedia, 27 symbols",
+        ),
+    )
+}
+
+
+def registered(name: str) -> RegisteredDataset:
+    if name not in REGISTRY:
+        raise KeyError(f"dataset: unknown name {name!r}; registered: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def fetch_dataset(dataset: RegisteredDataset, cache_dir: Path | None = None) -> Path:
+    """The verified folder of `dataset` in the cache, downloaded and extracted first if needed."""
+    folder = (cache_dir or default_cache_dir()) / dataset.name
+    if not all((folder / name).is_file() for name in dataset.members):
+        _download(dataset, folder)
+    verify_checksums(folder, dataset.members, pinned=dataset.sha256,
+                     remedy=f"delete {folder} and run `tuner data fetch {dataset.name}` again")
+    return folder
+
+
+def verify_checksums(
+    folder: Path, names: Collection[str], *, pinned: dict[str, str], remedy: str, record: bool = True
+) -> None:
+    """Check the files `names` of `folder` against `pinned` digests, else against the folder's SHA256SUMS.
+
+    With `record`, files known to neither are recorded in SHA256SUMS now (trust on first use).
+    """
+    recorded = read_checksums(folder / CHECKSUMS)
+    for name in names:
+        expected, source = pinned.get(name), "pinned in the dataset registry"
+        if expected is None:
+            expected, source = recorded.get(name), f"recorded in {folder / CHECKSUMS}"
+        if expected is None:
+            continue
+        actual = sha256_of(folder / name)
+        if actual != expected:
+            raise ValueError(f"{folder / name}: SHA-256 is {actual}, expected {expected} ({source}); the file is "
+                             f"corrupt or a different version: {remedy}")
+    unrecorded = [name for name in names if name not in recorded]
+    if record and unrecorded:
+        write_checksums(folder / CHECKSUMS, recorded | {name: sha256_of(folder / name) for name in unrecorded})
+
+
+def read_checksums(path: Path) -> dict[str, str]:
+    """`sha256sum`-style lines: digest, two spaces, file name."""
+    if not path.is_file():
+        return {}
+    entries = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            digest, separator, name = line.partition("  ")
+            if not separator or len(digest) != 64:
+                raise ValueError(f"{path}:{number}: not a 'digest  name' line: {line!r}; fix or delete the file")
+            entries[name.lstrip("*")] = digest
+    return entries
+
+
+def write_checksums(path: Path, entries: dict[str, str]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(entries.items())))
+    os.replace(temporary, path)
+
+
+def _download(dataset: RegisteredDataset, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / f".{dataset.archive_name}.{os.getpid()}"
+    try:
+        with urllib.request.urlopen(dataset.url, timeout=60) as response, archive.open("wb") as handle:
+            shutil.copyfileobj(response, handle, 1 << 20)
+    except (urllib.error.URLError, OSError) as error:
+        archive.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"dataset {dataset.name!r}: could not download {dataset.url} ({error}); check the network, or download "
+            f"the archive yourself and extract {', '.join(dataset.members.values())} into {folder} "
+            f"(or point a `path:` dataset at the extracted files)"
+        ) from error
+    try:
+        extracted = _extract(archive, dataset.members, folder)
+        recorded = read_checksums(folder / CHECKSUMS)
+        write_checksums(folder / CHECKSUMS, recorded | {dataset.archive_name: sha256_of(archive)} | extracted)
+    finally:
+        archive.unlink(missing_ok=True)
+
+
+def _extract(archive: Path, members: dict[str, str], folder: Path) -> dict[str, str]:
+    """Write each wanted member to its file name in `folder`; returns their SHA-256 digests."""
+    digests = {}
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as bundle:
+            available = {info.filename.removeprefix("./"): info for info in bundle.infolist()}
+            for name, member in members.items():
+                _require_member(archive, member, available)
+                with bundle.open(available[member]) as source:
+                    digests[name] = _write_atomically(source, folder / name)
+    else:
+        with tarfile.open(archive) as bundle:
+            available = {info.name.removeprefix("./"): info for info in bundle.getmembers() if info.isfile()}
+            for name, member in members.items():
+                _require_member(archive, member, available)
+                digests[name] = _write_atomically(bundle.extractfile(available[member]), folder / name)
+    return digests
+
+
+def _require_member(archive: Path, member: str, available: dict) -> None:
+    if member not in available:
+        raise ValueError(f"{archive.name}: the archive has no member {member!r}; it is not the expected archive "
+                         f"(members include {sorted(available)[:5]})")
+
+
+def _write_atomically(source: IO[bytes], target: Path) -> str:
+    temporary = target.with_name(f".{target.name}.{os.getpid()}")
+    digest = hashlib.sha256()
+    with temporary.open("wb") as handle:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+            handle.write(block)
+    os.replace(temporary, target)
+    return digest.hexdigest()
