@@ -59,6 +59,10 @@ class TurnOut(BaseModel):
     best_val_loss: float
     tokens_per_second: float
     wall_seconds: float
+    process_seconds: float | None
+    averaging_length: int | None
+    learning_rate: float | None
+    epochs: float | None
 
     @classmethod
     def of(cls, record: TurnRecord) -> TurnOut:

@@ -51,31 +51,37 @@ def wait_for(condition, seconds: float, message: str) -> None:
         time.sleep(0.2)
 
 
-def test_a_killed_trial_worker_is_restarted_and_the_trial_completes(ray_cluster, sqlite_url, tmp_path):
+def test_a_killed_trial_worker_resumes_from_its_last_turn(ray_cluster, postgres_url, tmp_path):
+    url = postgres_url  # PostgreSQL never reuses a deleted row's id: the last check relies on that
     document = yaml.safe_dump(SLOW)
-    settings = Settings(sqlite_url, tmp_path / "artifacts")
-    ensure_schema(sqlite_url)
+    settings = Settings(url, tmp_path / "artifacts")
+    ensure_schema(url)
     outcome: dict[str, str] = {}
     controller = threading.Thread(
         target=lambda: outcome.update(status=launch_study(parse_spec(document), document, settings)))
     controller.start()
 
     def turns() -> list[int]:
-        with sessions(sqlite_url)() as session:
+        with sessions(url)() as session:
             return list(session.scalars(select(TurnRecord.turn).order_by(TurnRecord.turn)))
 
     wait_for(lambda: turns() == [1], 180, "the trial never reported its first turn")
+    with sessions(url)() as session:
+        first_report = session.scalar(select(TurnRecord.id).where(TurnRecord.turn == 1))
     (worker,) = trial_workers()
     os.kill(worker, signal.SIGKILL)
     wait_for(lambda: any(pid != worker for pid in trial_workers()), 120, "the trial was not restarted")
     controller.join(timeout=300)
     assert outcome["status"] == "complete"
 
-    (trial,) = optuna.load_study(study_name="tiny/lstm", storage=sqlite_url).get_trials()
+    (trial,) = optuna.load_study(study_name="tiny/lstm", storage=url).get_trials()
     assert trial.state == TrialState.COMPLETE
     assert turns() == [1, 2, 3, 4]
-    with sessions(sqlite_url)() as session:
+    with sessions(url)() as session:
         assert session.get(TrialRecord, trial._trial_id).state == "COMPLETE"
+        # Resumed from its latest checkpoint: turn 1 was not trained (and reported) a second time.
+        assert session.scalar(select(TurnRecord.id).where(TurnRecord.turn == 1)) == first_report
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4]
 
 
 class RayCluster:

@@ -125,6 +125,10 @@ class TurnRecord(Base):
     best_val_loss: Mapped[float] = mapped_column(Float)
     tokens_per_second: Mapped[float] = mapped_column(Float)
     wall_seconds: Mapped[float] = mapped_column(Float)
+    process_seconds: Mapped[float | None] = mapped_column(Float)  # CPU time of the training process
+    averaging_length: Mapped[int | None] = mapped_column(Integer)  # iterates averaged (1: raw weights)
+    learning_rate: Mapped[float | None] = mapped_column(Float)  # lowered by divergence recovery
+    epochs: Mapped[float | None] = mapped_column(Float)
 
 
 class CheckpointRecord(Base):

@@ -15,7 +15,8 @@ from sqlalchemy import delete
 from tuner.db import CheckpointRecord, TrialRecord, TurnRecord, sessions
 from tuner.reporting import FAILED
 
-TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds")
+TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
+               "process_seconds", "averaging_length", "learning_rate", "epochs")
 
 
 class StudyRecorder(Callback):

@@ -14,11 +14,10 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
-from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search.optuna import OptunaSearch
 
 from tuner.ledger import TrialLedger
-from tuner.reporting import FAILED, OBJECTIVE
+from tuner.reporting import FAILED, OBJECTIVE, TURN
 
 NewTrialHook = Callable[[int, int, dict[str, Any]], None]
 """Called as (optuna_trial_id, number, params) when a trial is proposed."""
@@ -56,19 +55,20 @@ class StudySearcher(OptunaSearch):
         return self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, ot_trial.number)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if FAILED in result:
-            return  # a failure report, not a turn
-        super().on_trial_result(trial_id, result)
-        self._reported_turns[trial_id] = result[TRAINING_ITERATION]
+        if FAILED in result or trial_id in self._completed_trials:
+            return  # a failure report, not a turn; or a late result of a finished trial
+        # Optuna's step is our turn, not Ray's iteration count, which restarts when a trial resumes.
+        self._ot_trials[trial_id].report(result[OBJECTIVE], result[TURN])
+        self._reported_turns[trial_id] = result[TURN]
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials:
             return
         ot_trial = self._ot_trials[trial_id]
         value = result.get(OBJECTIVE) if result else None
-        if value is not None and result[TRAINING_ITERATION] > self._reported_turns.get(trial_id, 0):
+        if value is not None and result.get(TURN, 0) > self._reported_turns.get(trial_id, 0):
             # A scheduler that stops a trial hands its last result only to this method.
-            ot_trial.report(value, result[TRAINING_ITERATION])
+            ot_trial.report(value, result[TURN])
         optuna_trial_id = self._optuna_trial_id(ot_trial)
         if error or (result and FAILED in result):
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)

@@ -92,6 +92,15 @@ class StudySpec(_Strict):
             if family in HYPERPARAMETERS[name].families and (space.families is None or family in space.families)
         }
 
+    def planned_turns(self) -> int | None:
+        """Turns each trial runs where the schedule fixes them; None when an epoch or time budget ends it."""
+        schedule = self.training
+        if schedule.budget_steps is not None:
+            return -(-schedule.budget_steps // schedule.steps_per_turn)
+        if schedule.budget_epochs is not None or schedule.budget_seconds is not None:
+            return None
+        return schedule.turns
+
     def fixed_for(self, family: str) -> dict[str, bool | int | float]:
         return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
 
@@ -183,9 +192,10 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
                 issues.append((path, f"not a searched hyperparameter; allowed: {', '.join(spec.search_space)}"))
             elif not _in_range(value, spec.search_space[name]):
                 issues.append((path, f"got {value!r}; outside the search range of {name}"))
-    if spec.early_stopping.grace_turns > spec.training.turns:
+    planned = spec.planned_turns()
+    if planned is not None and spec.early_stopping.grace_turns > planned:
         issues.append((("early_stopping", "grace_turns"), f"got {spec.early_stopping.grace_turns}; allowed: at "
-                                                          f"most training.turns ({spec.training.turns})"))
+                                                          f"most the turns of the schedule ({planned})"))
     for family in spec.families:
         if not spec.searched_for(family):
             issues.append((("search_space",), f"nothing is searched for family {family!r}; add a hyperparameter "

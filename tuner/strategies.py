@@ -7,6 +7,9 @@ from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialSchedule
 
 from tuner.spec import StudySpec, Tuning
 
+UNBOUNDED_TURNS = 10**6
+"""ASHA needs a cap on turns; under an epoch or time budget the budget ends a trial long before."""
+
 
 def make_sampler(tuning: Tuning) -> optuna.samplers.BaseSampler:
     if tuning.sampler == "gp":
@@ -22,8 +25,9 @@ def make_scheduler(spec: StudySpec, metric: str, time_attr: str) -> TrialSchedul
     """Ray Tune's early-stopping scheduler for the spec, measuring time in turns (`time_attr`)."""
     rule = spec.early_stopping
     if rule.method == "asha":
-        return ASHAScheduler(time_attr=time_attr, metric=metric, mode="min", max_t=spec.training.turns,
-                             grace_period=rule.grace_turns, reduction_factor=rule.reduction_factor)
+        return ASHAScheduler(time_attr=time_attr, metric=metric, mode="min",
+                             max_t=spec.planned_turns() or UNBOUNDED_TURNS, grace_period=rule.grace_turns,
+                             reduction_factor=rule.reduction_factor)
     if rule.method == "median":
         return MedianStoppingRule(time_attr=time_attr, metric=metric, mode="min", grace_period=rule.grace_turns,
                                   min_samples_required=rule.min_samples)

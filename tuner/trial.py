@@ -16,9 +16,10 @@ from tuner.space import TrialSetup, trial_setup
 from tuner.spec import StudySpec
 
 
-def checkpoint_relative_path(study: str, family: str, number: int) -> str:
-    """Where a trial's best checkpoint lives inside the artifact store."""
-    return f"{study}/{family}/trial-{number:05d}/best.pt"
+def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "best") -> str:
+    """Where a trial's checkpoints live inside the artifact store: `best` (its result) and `latest`
+    (the full training state after its last turn, from which a restarted trial resumes)."""
+    return f"{study}/{family}/trial-{number:05d}/{kind}.pt"
 
 
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
@@ -45,9 +46,10 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
 def _train(spec: StudySpec, family: str, number: int, setup: TrialSetup, corpus: Corpus, artifact_root: Path) -> None:
     relative = checkpoint_relative_path(spec.name, family, number)
     checkpoint = artifact_root / relative
+    latest = artifact_root / checkpoint_relative_path(spec.name, family, number, "latest")
 
     def report(turn: TurnReport) -> None:
-        metrics: dict[str, Any] = {**asdict(turn), "finished": turn.turn == spec.training.turns}
+        metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}
         if turn.improved:
             metrics |= {
                 "checkpoint_path": relative,
@@ -61,6 +63,9 @@ def _train(spec: StudySpec, family: str, number: int, setup: TrialSetup, corpus:
         setup.training,
         corpus,
         checkpoint_path=checkpoint,
+        latest_checkpoint_path=latest,
+        # A trial restarted after its worker or node died continues where its last turn left it.
+        resume_from=latest if latest.is_file() else None,
         metadata={"study": spec.name, "family": family, "trial_number": number,
                   "dataset": spec.dataset.model_dump(mode="json")},
         on_turn=report,

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 20:44:12.945896
+Create Date: 2026-11-22 22:06:05.721597
 """
 
 import sqlalchemy as sa
@@ -91,6 +91,10 @@ def upgrade() -> None:
         sa.Column("best_val_loss", sa.Float(), nullable=False),
         sa.Column("tokens_per_second", sa.Float(), nullable=False),
         sa.Column("wall_seconds", sa.Float(), nullable=False),
+        sa.Column("process_seconds", sa.Float(), nullable=True),
+        sa.Column("averaging_length", sa.Integer(), nullable=True),
+        sa.Column("learning_rate", sa.Float(), nullable=True),
+        sa.Column("epochs", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("trial_id", "turn"),
     )
