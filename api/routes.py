@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -11,6 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from api.deps import Reader, SettingsDep, Writer, require_study, study_or_404
 from api.schemas import (
+    ComparisonOut,
     ParetoOut,
     ParetoPoint,
     SpecErrorsOut,
@@ -26,6 +28,7 @@ from api.schemas import (
     TurnOut,
 )
 from dashboards import figure_json, non_dominated, pareto_figure
+from tuner.comparison import comparison
 from tuner.controller import StudyConflict
 from tuner.lifecycle import StudyStateError, cancel_study, delete_study
 from tuner.queue import submit_study
@@ -140,6 +143,8 @@ def trials(
     config: SettingsDep,
     state: StateFilter = None,
     family: Annotated[str | None, Query(max_length=32, description="only this family's trials")] = None,
+    stage: Annotated[Literal["tune", "rerun", "dyneval"] | None,
+                     Query(description="only tuning trials, reruns or stage-2 trials")] = None,
     sort: Annotated[Literal["number", "value", "family", "state", "started"],
                     Query(description="value: best first, unfinished last")] = "number",
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
@@ -147,7 +152,7 @@ def trials(
     offset: Offset = 0,
 ) -> TrialPage:
     require_study(config, name)
-    page = study_trials(config.storage_url, name, state=state, family=family, sort=sort,
+    page = study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
                         descending=order == "desc", limit=limit, offset=offset)
     return TrialPage(items=[TrialOut.of(t) for t in page.items], total=page.total, limit=limit, offset=offset)
 
@@ -168,6 +173,18 @@ def pareto(
     points = [ParetoPoint(trial_id=row.trial_id, family=row.family, number=row.number, x=getattr(row, column),
                           perplexity=row.perplexity) for row in front.sort_values(column).itertuples()]
     return ParetoOut(x=x, figure=figure_json(figure), non_dominated=points)
+
+
+@router.get("/studies/{name}/comparison", response_model=ComparisonOut, tags=["studies"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
+def compare(name: str, config: SettingsDep) -> ComparisonOut:
+    """The families side by side (Table 2.1 of the paper): the best tuning run, then validation and test
+    with and without Monte-Carlo dropout and dynamic evaluation as mean ± std over the final models (the
+    reruns), which stage-2 trial each dynamic result came from, and the winner by the rerun mean."""
+    found = comparison(config.storage_url, name)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
+    return ComparisonOut.model_validate(asdict(found))
 
 
 @router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],

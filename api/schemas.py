@@ -23,6 +23,8 @@ class TrialOut(BaseModel):
     trial_id: int
     study: str
     family: str
+    stage: str
+    parent_trial_id: int | None
     number: int
     state: str
     value: float | None
@@ -168,3 +170,37 @@ class SpecIssueOut(BaseModel):
 
 class SpecErrorsOut(BaseModel):
     detail: list[SpecIssueOut]
+
+
+class EstimateOut(BaseModel):
+    mean: float
+    std: float
+    count: int
+
+
+class LineageOut(BaseModel):
+    checkpoint_trial_id: int
+    dyneval_trial_id: int | None
+    settings: dict[str, Any]
+
+
+class FamilyResultOut(BaseModel):
+    family: str
+    complete_tuning_trials: int
+    best_tuning: float | None
+    final_trial_ids: list[int]
+    valid: EstimateOut | None
+    test: EstimateOut | None
+    mc_valid: EstimateOut | None
+    mc_test: EstimateOut | None
+    dynamic_valid: EstimateOut | None
+    dynamic_test: EstimateOut | None
+    lineage: list[LineageOut]
+
+
+class ComparisonOut(BaseModel):
+    study: str
+    unit: str
+    families: list[FamilyResultOut]
+    winner: str | None
+    winner_by: str

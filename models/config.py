@@ -58,7 +58,8 @@ class ModelConfig:
         _require(self.vocab_size >= 1, "vocab_size", self.vocab_size, "an integer >= 1")
         _require(self.hidden_size >= 1, "hidden_size", self.hidden_size, "an integer >= 1")
         _require(self.num_layers >= 1, "num_layers", self.num_layers, "an integer >= 1")
-        _require(self.input_embedding_ratio > 0, "input_embedding_ratio", self.input_embedding_ratio, "a number > 0")
+        _require(self.input_embedding_ratio >= 0, "input_embedding_ratio", self.input_embedding_ratio,
+                 "a number >= 0 (the embedding has at least 1 dimension)")
         _require(0 <= self.mogrifier_rounds <= 6, "mogrifier_rounds", self.mogrifier_rounds, "an integer in [0, 6]")
         if not self.family.startswith("mogrifier"):
             _require(self.mogrifier_rounds == 0, "mogrifier_rounds", self.mogrifier_rounds,

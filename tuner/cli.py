@@ -181,6 +181,45 @@ def best(
 
 
 @app.command()
+def compare(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """The families side by side (Table 2.1 of the paper): best tuning run, then validation and test with
+    and without MC dropout and dynamic evaluation, mean ± std over the reruns, and the winner."""
+    from dataclasses import asdict
+
+    from tuner.comparison import comparison
+
+    settings = _settings_for_reading(storage)
+    found = comparison(settings.storage_url, name)
+    if found is None:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(1)
+    if json_output:
+        print(json.dumps(asdict(found), indent=2))
+        return
+    digits = 3 if found.unit == "bpc" else 2
+    table = Table("family", "best tuning", "val", "test", "MC val", "MC test", "dyneval val", "dyneval test",
+                  title=f"{found.study}: {found.unit}, mean ± std over the final models")
+
+    def cell(estimate) -> str:
+        if estimate is None:
+            return "-"
+        spread = f" ± {estimate.std:.{digits}f}" if estimate.count > 1 else ""
+        return f"{estimate.mean:.{digits}f}{spread} (n={estimate.count})"
+
+    for row in found.families:
+        best = "-" if row.best_tuning is None else f"{row.best_tuning:.{digits}f}"
+        table.add_row(row.family, best, cell(row.valid), cell(row.test), cell(row.mc_valid), cell(row.mc_test),
+                      cell(row.dynamic_valid), cell(row.dynamic_test))
+    console.print(table)
+    if found.winner:
+        console.print(f"winner: [bold]{found.winner}[/bold] (by the {found.winner_by})")
+
+
+@app.command()
 def export(
     name: Annotated[str, typer.Argument(help="study name")],
     storage: Storage = None,

@@ -10,28 +10,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import ray
 from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from models import count_parameters
 from trainers import load_corpus
-from tuner.cancellation import CancellationStopper
-from tuner.db import StudyRecord, TrialRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
-from tuner.ledger import TrialLedger, record_interrupted
+from tuner.db import StudyRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
+from tuner.experiment import Experiment, run_experiment
+from tuner.ledger import record_interrupted, settled_trials
 from tuner.lifecycle import CANCELLED_REASON, cancel_requested
-from tuner.recorder import StudyRecorder
+from tuner.registration import TrialRegistrar
 from tuner.reporting import OBJECTIVE, TURN
-from tuner.search import StudySearcher
 from tuner.settings import Settings
 from tuner.space import distributions, initial_points, optuna_study_name, trial_seed, trial_setup
 from tuner.spec import StudySpec
+from tuner.stages import run_reruns, run_stage_two, run_test_protocols
 from tuner.strategies import make_sampler, make_scheduler
 from tuner.trial import run_trial
 
@@ -41,7 +37,6 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 # marked interrupted and the study can be continued; Tune's own handler would swallow it and stay installed.
 os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
-FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 INTERRUPTED_REASON = "its controller stopped before the trial finished"
 
 
@@ -91,26 +86,33 @@ def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) ->
 
 
 def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = ()) -> str:
+    """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status."""
     url = settings.storage_url
     try:
         corpus = load_corpus(spec.dataset)
         vocab_size = len(corpus.vocabulary)
         for family in spec.families:  # fail before any trial runs when the budget cannot fit a model
-            trial_setup(spec, family, {}, vocab_size, 0)
+            trial_setup(spec, family, {}, vocab_size, seed=0)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
         _fail_interrupted_trials(url, spec)
         for family in spec.families:
-            remaining = spec.tuning.trials - _counted_trials(url, spec, family)
-            if remaining > 0 and not cancel_requested(url, spec.name):
-                _connect_ray(settings)
-                _tune_family(spec, family, remaining, vocab_size, settings, callbacks)
+            _step(url, spec, lambda f=family: _tune_family(spec, f, vocab_size, settings, callbacks), settings)
+        missing = sum(max(0, spec.tuning.trials - settled_trials(url, optuna_study_name(spec.name, f)))
+                      for f in spec.families)
+        if not missing and spec.reruns is not None:
+            for family in spec.families:
+                _step(url, spec, lambda f=family: run_reruns(spec, f, vocab_size, settings, callbacks), settings)
+        if not missing and spec.evaluation is not None:
+            _step(url, spec, lambda: run_test_protocols(spec, settings), settings)
+        if not missing and spec.dynamic_evaluation is not None:
+            for family in spec.families:
+                _step(url, spec, lambda f=family: run_stage_two(spec, f, settings, callbacks), settings)
         if cancel_requested(url, spec.name):
             _fail_interrupted_trials(url, spec, CANCELLED_REASON)  # those stopped before their first report
             _finish(url, spec.name, "cancelled", CANCELLED_REASON)
             return "cancelled"
-        missing = sum(max(0, spec.tuning.trials - _counted_trials(url, spec, f)) for f in spec.families)
     except BaseException as error:
         _fail_interrupted_trials(url, spec)
         _finish(url, spec.name, "failed", f"{type(error).__name__}: {error}")
@@ -123,66 +125,32 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     return "complete"
 
 
-def _tune_family(spec: StudySpec, family: str, trials: int, vocab_size: int, settings: Settings,
+def _step(url: str, spec: StudySpec, work: Callable[[], None], settings: Settings) -> None:
+    """Run one stage of the study unless a cancel was requested; Ray is started on first need."""
+    if not cancel_requested(url, spec.name):
+        _connect_ray(settings)
+        work()
+
+
+def _tune_family(spec: StudySpec, family: str, vocab_size: int, settings: Settings,
                  callbacks: Sequence[tune.Callback]) -> None:
     url = settings.storage_url
-    storage = optuna_storage(url)
-
-    study_name = optuna_study_name(spec.name, family)
-    searcher = StudySearcher(
-        family=family,
+    optuna_name = optuna_study_name(spec.name, family)
+    remaining = spec.tuning.trials - settled_trials(url, optuna_name)
+    if remaining <= 0:
+        return
+    run_experiment(Experiment(
+        study=spec.name, family=family, optuna_name=optuna_name, trials=remaining,
         space=distributions(spec, family),
-        sampler=make_sampler(spec.tuning),
-        study_name=study_name,
-        storage=storage,
-        on_new_trial=TrialRegistrar(spec, family, vocab_size, url),
-        ledger=TrialLedger(url, spec.name),
-        points_to_evaluate=[] if _has_trials(storage, study_name) else initial_points(spec, family),
-    )
-    job = {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
-    resources = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(run_trial, job=job), resources),
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec, OBJECTIVE, TURN),
-                                    num_samples=trials, max_concurrent_trials=spec.tuning.concurrency,
-                                    # a new trial reuses a finished trial's process: no second start-up
-                                    # (imports, corpus) per trial
-                                    reuse_actors=True),
-        run_config=tune.RunConfig(
-            name=f"{spec.name}-{family}-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(settings.ray_results),
-            stop=CancellationStopper(TrialLedger(url, spec.name)),
-            failure_config=tune.FailureConfig(max_failures=spec.tuning.max_retries),
-            verbose=0,
-            callbacks=[StudyRecorder(url), *callbacks],
-        ),
-    )
-    tuner.fit()
-
-
-@dataclass(frozen=True)
-class TrialRegistrar:
-    """Records a proposed trial's family, size and seed (a picklable object: Ray saves searchers)."""
-
-    spec: StudySpec
-    family: str
-    vocab_size: int
-    url: str
-
-    def __call__(self, optuna_trial_id: int, number: int, params: dict[str, Any]) -> None:
-        attributes: dict[str, Any] = {"family": self.family, "seed": trial_seed(self.spec, number)}
-        fail_reason = None
-        try:
-            setup = trial_setup(self.spec, self.family, params, self.vocab_size, number)
-            attributes |= {"hidden_size": setup.model.hidden_size, "parameter_count": count_parameters(setup.model)}
-        except ValueError as error:  # the trial itself will fail with the same error; record it now
-            fail_reason = str(error)
-        storage = optuna_storage(self.url)
-        for key, value in attributes.items():  # visible to optuna-dashboard too
-            storage.set_trial_user_attr(optuna_trial_id, key, value)
-        with sessions(self.url).begin() as session:
-            session.merge(TrialRecord(trial_id=optuna_trial_id, study_name=self.spec.name, number=number,
-                                      fail_reason=fail_reason, **attributes))
+        sampler=make_sampler(spec.tuning.sampler, spec.tuning.seed, spec.tuning.startup_trials),
+        trainable=run_trial,
+        job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
+        registrar=TrialRegistrar(spec, family, vocab_size, url),
+        resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
+        concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
+        scheduler=make_scheduler(spec, OBJECTIVE, TURN),
+        points=[] if _has_trials(optuna_storage(url), optuna_name) else initial_points(spec, family),
+    ), settings, callbacks)
 
 
 def _has_trials(storage, study_name: str) -> bool:
@@ -192,34 +160,22 @@ def _has_trials(storage, study_name: str) -> bool:
         return False
 
 
-def _counted_trials(url: str, spec: StudySpec, family: str) -> int:
-    """Finished trials that count towards the family's trial budget (interrupted ones do not)."""
-    storage = optuna_storage(url)
-    try:
-        study_id = storage.get_study_id_from_name(optuna_study_name(spec.name, family))
-    except KeyError:
-        return 0
-    finished = {t._trial_id for t in storage.get_all_trials(study_id, deepcopy=False, states=FINISHED_STATES)}
-    with sessions(url)() as session:
-        interrupted = set(session.scalars(select(TrialRecord.trial_id).where(
-            TrialRecord.study_name == spec.name, TrialRecord.family == family, TrialRecord.interrupted)))
-    return len(finished - interrupted)
-
-
 def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTED_REASON) -> None:
     """Trials left RUNNING by a controller that stopped are failed explicitly, never left as zombies.
 
-    They are marked interrupted, so they do not count against the trial budget and are run again."""
+    They are marked interrupted, so they do not count against a budget and are run again. Every Optuna
+    study of the study is covered: tuning, reruns and stage 2.
+    """
     storage = optuna_storage(url)
-    for family in spec.families:
-        try:
-            study_id = storage.get_study_id_from_name(optuna_study_name(spec.name, family))
-        except KeyError:
+    for study in storage.get_all_studies():
+        name = study.study_name
+        if not name.startswith(f"{spec.name}/"):
             continue
-        for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+        family = name.split("/")[1]
+        for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            record_interrupted(url, spec.name, family, trial._trial_id, trial.number, trial_seed(spec, trial.number),
-                               reason)
+            record_interrupted(url, spec.name, family, trial._trial_id, trial.number,
+                               trial.user_attrs.get("seed", trial_seed(spec, trial.number)), reason)
 
 
 def _finish(url: str, name: str, status: str, error: str | None) -> None:

@@ -100,6 +100,8 @@ class TrialRecord(Base):
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     study_name: Mapped[str] = mapped_column(String(64), index=True)
     family: Mapped[str] = mapped_column(String(32))
+    stage: Mapped[str] = mapped_column(String(16), default="tune")  # tune, rerun or dyneval
+    parent_trial_id: Mapped[int | None] = mapped_column(Integer)  # the trial a rerun repeats / a dyneval adapts
     state: Mapped[str] = mapped_column(String(16), default="RUNNING")
     value: Mapped[float | None] = mapped_column(Float)  # best validation loss, COMPLETE trials only
     number: Mapped[int] = mapped_column(Integer)
@@ -143,6 +145,23 @@ class CheckpointRecord(Base):
     val_loss: Mapped[float] = mapped_column(Float)
     turn: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class EvaluationRecord(Base):
+    """A final evaluation of a trial's best checkpoint: the test protocol, or dynamic evaluation."""
+
+    __tablename__ = "lmt_evaluations"
+    __table_args__ = (UniqueConstraint("trial_id", "kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(Integer, index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # deterministic, mc, dynamic, dynamic_mc
+    valid_loss: Mapped[float] = mapped_column(Float)
+    test_loss: Mapped[float] = mapped_column(Float)
+    logit_scale: Mapped[float] = mapped_column(Float)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)  # e.g. MC samples, the dynamic evaluation config
+    dyneval_trial_id: Mapped[int | None] = mapped_column(Integer)  # the stage-2 trial whose config was used
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ApiToken(Base):

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optuna.trial import TrialState
+from sqlalchemy import select
 
-from tuner.db import TrialRecord, sessions
+from tuner.db import TrialRecord, optuna_storage, sessions
 from tuner.lifecycle import CANCELLED_REASON, cancel_requested
 
 
@@ -54,3 +55,18 @@ def record_interrupted(url: str, study: str, family: str, trial_id: int, number:
         if session.get(TrialRecord, trial_id) is None:
             session.add(TrialRecord(trial_id=trial_id, study_name=study, family=family, number=number, seed=seed))
     record_end(url, trial_id, TrialState.FAIL, reason=reason, interrupted=True)
+
+
+def settled_trials(url: str, optuna_name: str) -> int:
+    """Finished trials of an Optuna study that count towards its budget (interrupted ones do not)."""
+    storage = optuna_storage(url)
+    try:
+        study_id = storage.get_study_id_from_name(optuna_name)
+    except KeyError:
+        return 0
+    finished = {t._trial_id for t in storage.get_all_trials(
+        study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))}
+    with sessions(url)() as session:
+        interrupted = set(session.scalars(select(TrialRecord.trial_id).where(
+            TrialRecord.trial_id.in_(finished), TrialRecord.interrupted)))
+    return len(finished - interrupted)

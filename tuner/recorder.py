@@ -24,8 +24,8 @@ class StudyRecorder(Callback):
         self._url = storage_url  # Ray pickles callbacks: keep a URL, not an engine
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        if FAILED in result:
-            return  # the searcher records the failure with its reason
+        if FAILED in result or "train_loss" not in result:
+            return  # a failure (the searcher records it) or a stage-2 result, which has no learning curve
         trial_id = trial.config["optuna_trial_id"]
         with sessions(self._url).begin() as session:
             # A trial retried from a checkpoint reports its turns again: the latest report wins.

@@ -17,7 +17,16 @@ from trainers.averaging import NTASGDConfig, TailAveragingConfig, TwoTailedAvera
 from trainers.datasets import LocalDatasetConfig, RegisteredDatasetConfig
 from trainers.generated import ReverseCopyConfig
 from tuner.hyperparameters import HYPERPARAMETERS
-from tuner.spec import EarlyStopping, Resources, SearchRange, StudySpec, Tuning
+from tuner.spec import (
+    DynamicEvaluationStage,
+    EarlyStopping,
+    Evaluation,
+    Reruns,
+    Resources,
+    SearchRange,
+    StudySpec,
+    Tuning,
+)
 
 INTRODUCTION = """\
 # Study spec reference
@@ -55,6 +64,13 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
      "Either `low`/`high` (with `log`) or `choices`. Integer hyperparameters take integer bounds."),
     ("`tuning`", Tuning, ""),
     ("`early_stopping`", EarlyStopping, ""),
+    ("`reruns`", Reruns, "After tuning, the best configurations are trained again with new seeds; families are "
+                         "compared on the means of these final models."),
+    ("`evaluation`", Evaluation, "The test protocol on the final checkpoints (and the best tuning run)."),
+    ("`dynamic_evaluation`", DynamicEvaluationStage,
+     "Stage 2: for each of the best final checkpoints, a study of dynamic-evaluation settings on validation; "
+     "the best settings are then evaluated on validation and test. Search-space keys: max_time_steps, "
+     "learning_rate, decay, epsilon."),
     ("`resources`", Resources, "What Ray reserves for each trial; fractions of a GPU share one."),
 ]
 

@@ -58,6 +58,8 @@ class TrialView:
     trial_id: int
     study: str
     family: str
+    stage: str  # tune, rerun or dyneval
+    parent_trial_id: int | None  # what a rerun repeats, or whose checkpoint a stage-2 trial adapts
     number: int
     state: str
     value: float | None  # best validation cross-entropy, nats/token (COMPLETE trials only)
@@ -149,6 +151,7 @@ def study_trials(
     *,
     state: str | None = None,
     family: str | None = None,
+    stage: str | None = None,
     sort: Literal["number", "value", "family", "state", "started"] = "number",
     descending: bool = False,
     limit: int | None = None,
@@ -160,10 +163,12 @@ def study_trials(
         filters.append(TrialRecord.state == state)
     if family:
         filters.append(TrialRecord.family == family)
+    if stage:
+        filters.append(TrialRecord.stage == stage)
     order = {
-        "number": [TrialRecord.family, TrialRecord.number],
+        "number": [TrialRecord.family, TrialRecord.stage != "tune", TrialRecord.stage, TrialRecord.number],
         "value": [TrialRecord.value.is_(None), TrialRecord.value],  # unfinished trials last
-        "family": [TrialRecord.family, TrialRecord.number],
+        "family": [TrialRecord.family, TrialRecord.stage != "tune", TrialRecord.stage, TrialRecord.number],
         "state": [TrialRecord.state, TrialRecord.family, TrialRecord.number],
         "started": [_trials.c.datetime_start],
     }[sort]
@@ -190,7 +195,7 @@ def pareto_frame(url: str, name: str) -> pd.DataFrame:
         rows = connection.execute(
             select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, TrialRecord.value,
                    TrialRecord.parameter_count, TrialRecord.wall_seconds)
-            .where(TrialRecord.study_name == name, TrialRecord.state == "COMPLETE")
+            .where(TrialRecord.study_name == name, TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE")
         )
         rows = [tuple(row) for row in rows]  # plain tuples: pandas probes Row objects slowly
     frame = pd.DataFrame(rows, columns=["trial_id", "family", "number", "value", "parameter_count", "wall_seconds"])
@@ -212,8 +217,9 @@ def trials_table(trials: list[TrialView]) -> pd.DataFrame:
     rows = []
     for trial in trials:
         row = {name: getattr(trial, name) for name in (
-            "trial_id", "family", "number", "state", "value", "perplexity", "last_value", "parameter_count",
-            "hidden_size", "seed", "turns_reported", "wall_seconds", "started_at", "finished_at", "fail_reason")}
+            "trial_id", "family", "stage", "parent_trial_id", "number", "state", "value", "perplexity", "last_value",
+            "parameter_count", "hidden_size", "seed", "turns_reported", "wall_seconds", "started_at", "finished_at",
+            "fail_reason")}
         row |= {f"param.{key}": value for key, value in trial.params.items()}
         row["checkpoint"] = trial.checkpoint.path if trial.checkpoint else None
         rows.append(row)
@@ -227,7 +233,8 @@ def family_counts(url: str, name: str) -> dict[str, dict[str, int]]:
         counts = {family: dict.fromkeys(TRIAL_STATES, 0) for family in families}
         for family, state, count in session.execute(
                 select(TrialRecord.family, TrialRecord.state, func.count())
-                .where(TrialRecord.study_name == name).group_by(TrialRecord.family, TrialRecord.state)):
+                .where(TrialRecord.study_name == name, TrialRecord.stage == "tune")
+                .group_by(TrialRecord.family, TrialRecord.state)):
             counts[family][state] = count
     return counts
 
@@ -237,7 +244,7 @@ def best_trials(url: str, name: str) -> dict[str, TrialView | None] | None:
     study = get_study(url, name)
     if study is None:
         return None
-    return {family: next(iter(study_trials(url, name, state="COMPLETE", family=family, sort="value",
+    return {family: next(iter(study_trials(url, name, state="COMPLETE", family=family, stage="tune", sort="value",
                                            limit=1).items), None) for family in study.families}
 
 
@@ -271,6 +278,8 @@ def _trial_views(session, rows) -> list[TrialView]:
             trial_id=record.trial_id,
             study=record.study_name,
             family=record.family,
+            stage=record.stage,
+            parent_trial_id=record.parent_trial_id,
             number=record.number,
             state=record.state,
             value=record.value,
@@ -304,7 +313,8 @@ def _state_counts(session, records: list[StudyRecord]) -> dict[str, dict[str, in
     counts: dict[str, dict[str, int]] = {name: dict.fromkeys(TRIAL_STATES, 0) for name in names}
     for study, state, count in session.execute(
             select(TrialRecord.study_name, TrialRecord.state, func.count())
-            .where(TrialRecord.study_name.in_(names)).group_by(TrialRecord.study_name, TrialRecord.state)):
+            .where(TrialRecord.study_name.in_(names), TrialRecord.stage == "tune")
+            .group_by(TrialRecord.study_name, TrialRecord.state)):
         counts[study][state] = count
     return counts
 
@@ -313,7 +323,7 @@ def _best_trials(session, records: list[StudyRecord]) -> dict[str, TrialView]:
     best = {}
     for record in records:
         row = session.execute(_trial_query().where(TrialRecord.study_name == record.name,
-                                                   TrialRecord.state == "COMPLETE")
+                                                   TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE")
                               .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1)).first()
         if row is not None:
             best[record.name] = _trial_views(session, [row])[0]

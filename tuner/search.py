@@ -19,8 +19,8 @@ from ray.tune.search.optuna import OptunaSearch
 from tuner.ledger import TrialLedger
 from tuner.reporting import FAILED, OBJECTIVE, TURN
 
-NewTrialHook = Callable[[int, int, dict[str, Any]], None]
-"""Called as (optuna_trial_id, number, params) when a trial is proposed."""
+NewTrialHook = Callable[[int, int, dict[str, Any]], dict[str, Any]]
+"""Called as (optuna_trial_id, number, params) when a trial is proposed; returns more config for it."""
 
 
 class StudySearcher(OptunaSearch):
@@ -48,8 +48,9 @@ class StudySearcher(OptunaSearch):
         params = super().suggest(trial_id)
         ot_trial = self._ot_trials[trial_id]
         number, optuna_trial_id = ot_trial.number, self._optuna_trial_id(ot_trial)
-        self._on_new_trial(optuna_trial_id, number, params)
-        return {"params": params, "family": self._family, "number": number, "optuna_trial_id": optuna_trial_id}
+        extra = self._on_new_trial(optuna_trial_id, number, params)
+        return {"params": params, "family": self._family, "number": number, "optuna_trial_id": optuna_trial_id,
+                **extra}
 
     def _optuna_trial_id(self, ot_trial: optuna.Trial) -> int:
         return self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, ot_trial.number)

@@ -59,6 +59,46 @@ class EarlyStopping(_Strict):
     min_samples: int = Field(3, ge=1, description="median: trials needed before comparing to the median")
 
 
+DYNAMIC_EVALUATION_KINDS = {"max_time_steps": "int", "learning_rate": "float", "decay": "float", "epsilon": "float"}
+
+
+class Reruns(_Strict):
+    """The best configurations trained again with new seeds: families are compared on the means."""
+
+    top: int = Field(1, ge=1, description="best configurations of each family to train again")
+    seeds: int = Field(3, ge=1, description="new seeds for each of them")
+
+
+class Evaluation(_Strict):
+    """The test protocol on the final checkpoints: batch size 1, each split one continuous stream."""
+
+    bptt: int = Field(70, ge=1, description="window length (the state is carried across windows)")
+    temperature: bool = Field(True, description="choose the softmax temperature on validation first")
+    mc_samples: int = Field(0, ge=0, description="Monte-Carlo dropout passes (0: off; the paper used 200)")
+    mc_multiplier: float = Field(0.8, ge=0, le=1, description="dropout rates are multiplied by this under MC")
+
+
+def _dynamic_evaluation_ranges() -> dict[str, SearchRange]:
+    """Table 2.6 of the thesis (word level; give max_time_steps up to 50 for characters)."""
+    return {"max_time_steps": SearchRange(low=1, high=20),
+            "learning_rate": SearchRange(low=1e-6, high=1e-3, log=True),
+            "decay": SearchRange(low=1e-6, high=1e-2, log=True),
+            "epsilon": SearchRange(low=1e-8, high=1e-2, log=True)}
+
+
+class DynamicEvaluationStage(_Strict):
+    """Stage 2: dynamic evaluation tuned on validation for the best checkpoints of each family."""
+
+    top: int = Field(1, ge=1, description="best checkpoints of each family to tune it for")
+    trials: int = Field(20, ge=1, description="trials per checkpoint")
+    sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
+    startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
+    search_space: dict[str, SearchRange] = Field(default_factory=_dynamic_evaluation_ranges,
+                                                 description="max_time_steps, learning_rate, decay, epsilon")
+    rms_batch_size: int = Field(1024, ge=1, description="batch of the training windows for the RMS statistics")
+    rms_windows: int | None = Field(None, ge=1, description="training windows for the RMS statistics (all if unset)")
+
+
 class Resources(_Strict):
     cpus_per_trial: float = Field(1.0, gt=0, description="CPU cores per trial (also its torch threads)")
     gpus_per_trial: float = Field(0.0, ge=0, description="GPUs per trial; 0.5 runs two trials on one GPU")
@@ -75,6 +115,9 @@ class StudySpec(_Strict):
     search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
     tuning: Tuning = Field(..., description="sampler, trials and concurrency; see its section")
     early_stopping: EarlyStopping = Field(EarlyStopping(), description="see its section")
+    reruns: Reruns | None = Field(None, description="train the best configurations again with new seeds")
+    evaluation: Evaluation | None = Field(None, description="the test protocol on the final checkpoints")
+    dynamic_evaluation: DynamicEvaluationStage | None = Field(None, description="stage 2; needs evaluation")
     resources: Resources = Field(Resources(), description="see its section")
 
     @field_validator("families")
@@ -100,6 +143,12 @@ class StudySpec(_Strict):
         if schedule.budget_epochs is not None or schedule.budget_seconds is not None:
             return None
         return schedule.turns
+
+    @property
+    def character_level(self) -> bool:
+        """Character-level tasks report bits per character instead of perplexity."""
+        kind = getattr(self.dataset, "name", None) or getattr(self.dataset, "format", None)
+        return kind in ("ptb-char", "enwik8", "text8")
 
     def fixed_for(self, family: str) -> dict[str, bool | int | float]:
         return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
@@ -192,6 +241,23 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
                 issues.append((path, f"not a searched hyperparameter; allowed: {', '.join(spec.search_space)}"))
             elif not _in_range(value, spec.search_space[name]):
                 issues.append((path, f"got {value!r}; outside the search range of {name}"))
+    if spec.dynamic_evaluation is not None:
+        if spec.evaluation is None:
+            issues.append((("dynamic_evaluation",), "needs an evaluation section: its results are test-protocol "
+                                                    "evaluations"))
+        for name, space in spec.dynamic_evaluation.search_space.items():
+            path = ("dynamic_evaluation", "search_space", name)
+            kind = DYNAMIC_EVALUATION_KINDS.get(name)
+            if kind is None:
+                issues.append((path, f"unknown; allowed: {', '.join(DYNAMIC_EVALUATION_KINDS)}"))
+            elif space.choices is None and (space.low is None or space.high is None):
+                issues.append((path, "needs low and high (or choices)"))
+            elif space.choices is None and (space.low >= space.high or (space.log and space.low <= 0)
+                                            or (kind == "int" and not (float(space.low).is_integer()
+                                                                       and float(space.high).is_integer()))):
+                issues.append((path, f"got [{space.low}, {space.high}]; allowed: low < high"
+                                     + (", integers" if kind == "int" else "") + (", low > 0 with log" if space.log
+                                                                                 else "")))
     planned = spec.planned_turns()
     if planned is not None and spec.early_stopping.grace_turns > planned:
         issues.append((("early_stopping", "grace_turns"), f"got {spec.early_stopping.grace_turns}; allowed: at "

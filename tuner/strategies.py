@@ -5,20 +5,21 @@ from __future__ import annotations
 import optuna
 from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
 
-from tuner.spec import StudySpec, Tuning
+from tuner.spec import StudySpec
 
 UNBOUNDED_TURNS = 10**6
 """ASHA needs a cap on turns; under an epoch or time budget the budget ends a trial long before."""
 
 
-def make_sampler(tuning: Tuning) -> optuna.samplers.BaseSampler:
-    if tuning.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-    if tuning.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-    if tuning.sampler == "qmc":
-        return optuna.samplers.QMCSampler(seed=tuning.seed, scramble=True)
-    return optuna.samplers.RandomSampler(seed=tuning.seed)
+def make_sampler(name: str, seed: int, startup_trials: int) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by its spec name: gp, tpe, qmc or random."""
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def make_scheduler(spec: StudySpec, metric: str, time_attr: str) -> TrialScheduler | None:

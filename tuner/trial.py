@@ -16,16 +16,19 @@ from tuner.space import TrialSetup, trial_setup
 from tuner.spec import StudySpec
 
 
-def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "best") -> str:
+def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "best", stage: str = "tune") -> str:
     """Where a trial's checkpoints live inside the artifact store: `best` (its result) and `latest`
-    (the full training state after its last turn, from which a restarted trial resumes)."""
-    return f"{study}/{family}/trial-{number:05d}/{kind}.pt"
+    (the full training state after its last turn, from which a restarted trial resumes). Reruns are
+    numbered in their own Optuna study, so they live in a folder of their own."""
+    folder = f"{study}/{family}" if stage == "tune" else f"{study}/{family}/{stage}"
+    return f"{folder}/trial-{number:05d}/{kind}.pt"
 
 
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point.
 
-    `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id"};
+    `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id",
+    "seed", "stage"};
     `job` is fixed for the whole family study: the spec and the artifact root.
     """
     spec = StudySpec.model_validate(job["spec"])
@@ -33,8 +36,8 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_trial)))
     corpus = load_corpus(spec.dataset)
     try:
-        setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), number)
-        _train(spec, family, number, setup, corpus, Path(job["artifact_root"]))
+        setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
+        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, Path(job["artifact_root"]))
     except (TrainingDiverged, ValueError) as error:
         # The configuration itself cannot be trained: report the reason instead of raising, so Ray
         # does not retry on another worker what no retry can fix (retries are for lost workers).
@@ -43,10 +46,11 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
         tune.report({FAILED: f"{type(error).__name__}: {error}", OBJECTIVE: math.inf, TURN: 0})
 
 
-def _train(spec: StudySpec, family: str, number: int, setup: TrialSetup, corpus: Corpus, artifact_root: Path) -> None:
-    relative = checkpoint_relative_path(spec.name, family, number)
+def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSetup, corpus: Corpus,
+           artifact_root: Path) -> None:
+    relative = checkpoint_relative_path(spec.name, family, number, stage=stage)
     checkpoint = artifact_root / relative
-    latest = artifact_root / checkpoint_relative_path(spec.name, family, number, "latest")
+    latest = artifact_root / checkpoint_relative_path(spec.name, family, number, "latest", stage)
 
     def report(turn: TurnReport) -> None:
         metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}

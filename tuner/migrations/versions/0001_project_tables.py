@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 22:06:05.721597
+Create Date: 2026-11-22 22:25:14.783282
 """
 
 import sqlalchemy as sa
@@ -38,6 +38,23 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("trial_id"),
     )
     op.create_table(
+        "lmt_evaluations",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("trial_id", sa.Integer(), nullable=False),
+        sa.Column("kind", sa.String(length=16), nullable=False),
+        sa.Column("valid_loss", sa.Float(), nullable=False),
+        sa.Column("test_loss", sa.Float(), nullable=False),
+        sa.Column("logit_scale", sa.Float(), nullable=False),
+        sa.Column("settings", sa.JSON(), nullable=False),
+        sa.Column("dyneval_trial_id", sa.Integer(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("trial_id", "kind"),
+    )
+    with op.batch_alter_table("lmt_evaluations", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_lmt_evaluations_trial_id"), ["trial_id"], unique=False)
+
+    op.create_table(
         "lmt_studies",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -63,6 +80,8 @@ def upgrade() -> None:
         sa.Column("trial_id", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("study_name", sa.String(length=64), nullable=False),
         sa.Column("family", sa.String(length=32), nullable=False),
+        sa.Column("stage", sa.String(length=16), nullable=False),
+        sa.Column("parent_trial_id", sa.Integer(), nullable=True),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("value", sa.Float(), nullable=True),
         sa.Column("number", sa.Integer(), nullable=False),
@@ -117,5 +136,9 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_lmt_studies_status"))
 
     op.drop_table("lmt_studies")
+    with op.batch_alter_table("lmt_evaluations", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_lmt_evaluations_trial_id"))
+
+    op.drop_table("lmt_evaluations")
     op.drop_table("lmt_checkpoints")
     op.drop_table("lmt_api_tokens")

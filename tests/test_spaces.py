@@ -1,0 +1,64 @@
+"""The shipped study spaces: the full-size ones are accepted as they are and fit their budgets; their
+CPU-sized twins mirror them and run end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from models import count_parameters
+from tuner.comparison import comparison
+from tuner.controller import launch_study
+from tuner.settings import Settings
+from tuner.space import trial_setup
+from tuner.spec import load_spec, parse_spec
+
+SPACES = Path(__file__).parent.parent / "spaces"
+FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",
+             "mogrifier_ptb_char", "ptb_comparison"]
+VOCABULARY = {"ptb": 10_000, "wikitext-2": 33_279, "ptb-char": 50, "enwik8": 206}  # with <eos>
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_full_size_space_is_accepted_and_fits_its_budget(name):
+    spec = load_spec(SPACES / f"{name}.yaml")
+    vocab_size = VOCABULARY[spec.dataset.name]
+    for family in spec.families:
+        searched = spec.searched_for(family)
+        middle = {key: (space.low + space.high) / 2 for key, space in searched.items()}
+        setup = trial_setup(spec, family, middle, vocab_size, seed=0)
+        assert 0.99 * spec.parameter_budget <= count_parameters(setup.model) <= spec.parameter_budget
+    assert spec.evaluation is not None and spec.dynamic_evaluation is not None and spec.reruns is not None
+    assert spec.training.budget_epochs is not None
+    assert spec.character_level == (spec.dataset.name in ("ptb-char", "enwik8"))
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_small_twin_mirrors_the_full_size_space(name):
+    full = yaml.safe_load((SPACES / f"{name}.yaml").read_text())
+    small = yaml.safe_load((SPACES / "small" / f"{name}.yaml").read_text())
+    load_spec(SPACES / "small" / f"{name}.yaml")
+    assert small["families"] == full["families"]
+    assert small["search_space"] == full["search_space"]
+    assert set(small["fixed"]) == set(full["fixed"])
+    budgets = {"budget_epochs", "budget_steps", "budget_seconds", "turns"}
+    assert set(full["training"]) - budgets <= set(small["training"])
+    for shared in ("optimizer", "averaging", "dropout_samples"):
+        assert small["training"].get(shared) == full["training"].get(shared)
+    assert {"reruns", "evaluation", "dynamic_evaluation"} <= set(small)
+    assert bool(small["evaluation"]["mc_samples"]) == bool(full["evaluation"]["mc_samples"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mogrifier_rlstm_ptb", "mogrifier_ptb_char"])
+def test_small_twin_runs_every_stage(name, ray_cluster, sqlite_url, tmp_path):
+    document = (SPACES / "small" / f"{name}.yaml").read_text()
+    spec = parse_spec(document)
+    assert launch_study(spec, document, Settings(sqlite_url, tmp_path / "artifacts")) == "complete"
+    table = comparison(sqlite_url, spec.name)
+    assert table.unit == ("bpc" if spec.character_level else "perplexity")
+    (row,) = table.families
+    assert row.valid.count == 2 and row.test.count == 2 and row.dynamic_test is not None
+    assert table.winner == spec.families[0]
