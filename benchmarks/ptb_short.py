@@ -214,12 +214,13 @@ def train_reference(corpus: Corpus, eval_text: Tensor, budget_seconds: float, ev
     return dict(configuration=configuration, parameters=parameters, curve=curve, full_valid_ppl=full)
 
 
-def our_model_config(name: str, vocab_size: int, budget: int) -> ModelConfig:
-    return solve_hidden_size(ModelConfig(vocab_size=vocab_size, hidden_size=1, **OUR_MODEL_FIELDS[name]), budget)
+def our_model_config(name: str, vocab_size: int, budget: int, overrides: dict[str, Any]) -> ModelConfig:
+    fields = OUR_MODEL_FIELDS[name] | {key: value for key, value in overrides.items() if key not in OUR_TRAINING}
+    return solve_hidden_size(ModelConfig(vocab_size=vocab_size, hidden_size=1, **fields), budget)
 
 
-def our_training_config(budget_seconds: float, steps_per_turn: int) -> TrainingConfig:
-    settings = OUR_TRAINING
+def our_training_config(budget_seconds: float, steps_per_turn: int, overrides: dict[str, Any]) -> TrainingConfig:
+    settings = OUR_TRAINING | {key: value for key, value in overrides.items() if key in OUR_TRAINING}
     schedule = Schedule(budget_seconds=budget_seconds, clock="wall", steps_per_turn=steps_per_turn,
                         batch_size=settings["batch_size"], bptt=settings["bptt"], eval_batch_size=EVAL_BATCH_SIZE,
                         max_grad_norm=settings["max_grad_norm"], averaging=TwoTailedAveragingConfig())
@@ -227,10 +228,9 @@ def our_training_config(budget_seconds: float, steps_per_turn: int) -> TrainingC
                           l2_penalty=settings["l2_penalty"], seed=0)
 
 
-def seconds_per_step(model_config: ModelConfig, corpus: Corpus) -> float:
+def seconds_per_step(model_config: ModelConfig, training: TrainingConfig, corpus: Corpus) -> float:
     """Time three training steps (after one to warm up) of a throwaway run of the same shape."""
-    run = TrainingRun(model_config, replace_schedule(our_training_config(1e9, 1), steps_per_turn=1), corpus,
-                      torch.device("cpu"))
+    run = TrainingRun(model_config, replace_schedule(training, steps_per_turn=1), corpus, torch.device("cpu"))
     run.train_turn()
     run.schedule = run.schedule.model_copy(update={"steps_per_turn": 3})
     started = time.perf_counter()
@@ -243,10 +243,11 @@ def replace_schedule(config: TrainingConfig, **fields: Any) -> TrainingConfig:
 
 
 def train_ours(name: str, corpus: Corpus, eval_text: Tensor, budget_seconds: float, eval_every: float,
-               parameter_budget: int) -> dict[str, Any]:
-    model_config = our_model_config(name, len(corpus.vocabulary), parameter_budget)
-    steps_per_turn = max(1, round(eval_every / seconds_per_step(model_config, corpus)))
-    config = our_training_config(budget_seconds, steps_per_turn)
+               parameter_budget: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    model_config = our_model_config(name, len(corpus.vocabulary), parameter_budget, overrides)
+    step_seconds = seconds_per_step(model_config, our_training_config(1e9, 1, overrides), corpus)
+    config = our_training_config(budget_seconds, max(1, round(eval_every / step_seconds)), overrides)
+    steps_per_turn = config.schedule.steps_per_turn
     curve: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         best, early = Path(folder) / "best.pt", Path(folder) / "early.pt"
@@ -272,7 +273,8 @@ def _turn_point(report: TurnReport) -> dict[str, Any]:
 
 
 def run_model(name: str, data: str, minutes: float, threads: int, cores: list[int] | None, eval_every: float,
-              eval_tokens: int, parameter_budget: int, reference_parameters_target: int) -> dict[str, Any]:
+              eval_tokens: int, parameter_budget: int, reference_parameters_target: int,
+              overrides: dict[str, Any]) -> dict[str, Any]:
     """Train one model on `threads` threads (pinned to `cores` when given) and return its record."""
     set_threads(threads)
     if cores is not None:
@@ -283,7 +285,7 @@ def run_model(name: str, data: str, minutes: float, threads: int, cores: list[in
     if name == "reference":
         record = train_reference(corpus, eval_text, budget, eval_every, reference_parameters_target)
     else:
-        record = train_ours(name, corpus, eval_text, budget, eval_every, parameter_budget)
+        record = train_ours(name, corpus, eval_text, budget, eval_every, parameter_budget, overrides)
     return dict(record, cores=sorted(os.sched_getaffinity(0)), torch_threads=torch.get_num_threads(),
                 summary=summarise(record))
 
@@ -333,10 +335,10 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def core_sets(models: list[str], threads: int, parallel: bool) -> list[list[int]]:
-    """Cores 0..threads-1 for the first model, the next `threads` for the second, ... (in parallel);
-    the first `threads` cores for every model one after another otherwise."""
-    usable = sorted(os.sched_getaffinity(0))
+def core_sets(models: list[str], threads: int, parallel: bool, first_core: int = 0) -> list[list[int]]:
+    """From the `first_core`-th usable core on: `threads` cores for the first model, the next `threads`
+    for the second, ... (in parallel); the same first `threads` for every model one after another otherwise."""
+    usable = sorted(os.sched_getaffinity(0))[first_core:]
     needed = threads * (len(models) if parallel else 1)
     if len(usable) < needed:
         mode = f"{len(models)} models in parallel" if parallel else "one model"
@@ -372,22 +374,45 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parameter-budget", type=int, default=4_000_000, help="our models' budget (default 4M)")
     parser.add_argument("--reference-parameters", type=int, default=3_600_000,
                         help="the reference's size: largest emsize = nhid within this count (default 3.6M)")
+    parser.add_argument("--first-core", type=int, default=0,
+                        help="skip this many cores (to run several invocations side by side)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                        help="override a fixed setting of our models (a training setting such as learning_rate "
+                             "or batch_size, or a model field such as input_embedding_ratio); repeatable")
     arguments = parser.parse_args(argv)
+    arguments.overrides = parse_overrides(parser, arguments.overrides)
     unknown = sorted(set(arguments.models.split(",")) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {','.join(unknown)}; allowed: {','.join(MODELS)}")
     return arguments
 
 
+def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """`FIELD=VALUE` pairs, values read as JSON where they parse (numbers, true/false), else as text."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        field, separator, value = item.partition("=")
+        if not separator:
+            parser.error(f"--set {item}: expected FIELD=VALUE")
+        allowed = [*OUR_TRAINING, *ModelConfig.__dataclass_fields__]
+        if field not in allowed:
+            parser.error(f"--set {field}: unknown; allowed: {', '.join(allowed)}")
+        try:
+            overrides[field] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[field] = value
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     arguments = parse_arguments(argv)
     models = arguments.models.split(",")
-    cores = core_sets(models, arguments.threads, arguments.parallel)
+    cores = core_sets(models, arguments.threads, arguments.parallel, arguments.first_core)
     load_before = os.getloadavg()
     records = run_all(models, arguments.parallel, cores, data=arguments.data, minutes=arguments.minutes,
                       threads=arguments.threads, eval_every=arguments.eval_every, eval_tokens=arguments.eval_tokens,
                       parameter_budget=arguments.parameter_budget,
-                      reference_parameters_target=arguments.reference_parameters)
+                      reference_parameters_target=arguments.reference_parameters, overrides=arguments.overrides)
     output = {
         "benchmark": "ptb_short",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -405,6 +430,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "full_valid_rescoring": "after training, outside the budget: best weights as of 210 s and as of the end",
             "our_hyperparameters": dict(OUR_TRAINING, model_fields=OUR_MODEL_FIELDS,
                                         parameter_budget=arguments.parameter_budget),
+            "overrides": arguments.overrides,
             "why": OUR_SETTINGS_REASONS,
         },
         "models": records,

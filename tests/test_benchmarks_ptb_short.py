@@ -52,3 +52,18 @@ def test_dynamic_evaluation_cost_reports_the_ratio(tiny_ptb: Path) -> None:
     assert result["ratio_dynamic_to_static"] > 0
     assert len(result["seconds"]["dynamic"]) == 2
     assert result["gradient_rms_seconds"] > 0
+
+
+def test_ptb_short_overrides_reach_our_models(tiny_ptb: Path) -> None:
+    result = ptb_short.main(["--data", str(tiny_ptb), "--minutes", "0.02", "--threads", "1", "--eval-every", "0.5",
+                             "--eval-tokens", "200", "--parameter-budget", "6000", "--models", "lstm",
+                             "--set", "batch_size=8", "--set", "input_embedding_ratio=0.5"])
+    configuration = result["models"]["lstm"]["configuration"]
+    assert configuration["training"]["schedule"]["batch_size"] == 8
+    assert configuration["model"]["input_embedding_ratio"] == 0.5
+    assert result["settings"]["overrides"] == {"batch_size": 8, "input_embedding_ratio": 0.5}
+
+
+def test_ptb_short_refuses_unknown_overrides(tiny_ptb: Path) -> None:
+    with pytest.raises(SystemExit):
+        ptb_short.main(["--data", str(tiny_ptb), "--set", "learning_rat=0.1"])
