@@ -39,6 +39,13 @@ def test_compose_file_validates_against_the_compose_spec():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_docker_compose_accepts_the_compose_file():
+    """Debian's docker-compose (installed by `make setup`) parses and interpolates the file; no engine needed."""
+    run = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_compose_services_are_wired_together():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
