@@ -71,8 +71,20 @@ class TurnOut(BaseModel):
         return cls(**{name: getattr(record, name) for name in cls.model_fields})
 
 
+class EvaluationOut(BaseModel):
+    kind: str
+    valid_loss: float
+    test_loss: float
+    valid_score: float
+    test_score: float
+    logit_scale: float
+    settings: dict[str, Any]
+    dyneval_trial_id: int | None
+
+
 class TrialDetailOut(TrialOut):
     learning_curve: list[TurnOut]
+    evaluations: list[EvaluationOut]
 
 
 class StudyOut(BaseModel):
@@ -143,6 +155,7 @@ class ParetoPoint(BaseModel):
     number: int
     x: float
     perplexity: float
+    score: float  # in the study's unit: perplexity, or bits per character
 
 
 class ParetoOut(BaseModel):
@@ -204,3 +217,39 @@ class ComparisonOut(BaseModel):
     families: list[FamilyResultOut]
     winner: str | None
     winner_by: str
+
+
+class HistoryBest(BaseModel):
+    trial_id: int
+    number: int
+    score: float
+
+
+class HistoryOut(BaseModel):
+    unit: str
+    figure: dict[str, Any]
+    best: dict[str, HistoryBest]
+    counts: dict[str, int]
+
+
+class CurvesOut(BaseModel):
+    unit: str
+    trial_ids: list[int]
+    averaging_switches: dict[int, list[int]]
+    figure: dict[str, Any]
+
+
+class ParallelOut(BaseModel):
+    family: str
+    unit: str
+    trials: int
+    best_trial_id: int | None
+    neighbourhood: list[int]
+    figure: dict[str, Any]
+
+
+class ImportanceOut(BaseModel):
+    evaluator: str
+    importances: dict[str, dict[str, float]]
+    figure: dict[str, Any]
+
