@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from optuna.distributions import CategoricalDistribution
 
 from api.deps import Reader, SettingsDep, study_or_404
 from api.schemas import StudyOut, TrialOut
@@ -16,7 +17,10 @@ from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit
 from tuner.comparison import comparison
 from tuner.db import STUDY_STATUSES
 from tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_trials
+from tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from tuner.settings import Settings
+from tuner.space import distributions
+from tuner.spec import StudySpec
 
 router = APIRouter(include_in_schema=False)
 
@@ -103,6 +107,25 @@ def trial_fragment(trial_id: int, config: SettingsDep) -> str:
     return render("_trial.html", **_trial(config, trial_id))
 
 
+@router.get("/dashboard/studies/{name}/sensitivity", **Html)
+def sensitivity_page(name: str, config: SettingsDep, parameter: Annotated[str | None, Query(max_length=64)] = None,
+                     refresh: Refresh = 5.0) -> str:
+    """The measured effect of one hyperparameter, with a form that queues more runs."""
+    found = study_or_404(config, name)
+    spec = StudySpec.model_validate(found.spec)
+    parameters = sorted({p for family in spec.families for p, d in distributions(spec, family).items()
+                         if not d.single() and not isinstance(d, CategoricalDistribution)})
+    chosen = parameter or _measured_parameter(config, name, parameters)
+    return render("sensitivity.html", study=_study(found), parameters=parameters, parameter=chosen,
+                  **_sensitivity(config, name, chosen), refresh_ms=int(refresh * 1000))
+
+
+@router.get("/dashboard/fragments/studies/{name}/sensitivity", **Html)
+def sensitivity_fragment(name: str, config: SettingsDep, parameter: Annotated[str, Query(max_length=64)]) -> str:
+    study_or_404(config, name)
+    return render("_sensitivity.html", parameter=parameter, **_sensitivity(config, name, parameter))
+
+
 @router.get("/static/plotly.min.js")
 def plotly_js() -> FileResponse:
     path = plotly_js_path()
@@ -160,6 +183,18 @@ def _trial(config: Settings, trial_id: int) -> dict[str, Any]:
                    for e in trial_evaluations(config.storage_url, trial_id)]
     return {"trial": {**TrialOut.of(found).model_dump(), "score": unit.of(found.value)}, "unit": unit.name,
             "evaluations": evaluations}
+
+
+def _sensitivity(config: Settings, name: str, parameter: str | None) -> dict[str, Any]:
+    runs = sensitivity_runs(config.storage_url, name, parameter or "")
+    effect = measured_effect(runs).to_dict("records")
+    return {"effect": effect, "pending": pending_runs(config.storage_url, name, runs)}
+
+
+def _measured_parameter(config: Settings, name: str, parameters: list[str]) -> str | None:
+    """The first hyperparameter with measured runs, else the first searched one."""
+    measured = [p for p in parameters if not sensitivity_runs(config.storage_url, name, p).empty]
+    return (measured or parameters or [None])[0]
 
 
 def _unit(config: Settings, name: str) -> Unit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tuner.db import TurnRecord
 from tuner.results import StudyView, TrialView
@@ -253,3 +253,39 @@ class ImportanceOut(BaseModel):
     importances: dict[str, dict[str, float]]
     figure: dict[str, Any]
 
+
+
+class SensitivityIn(BaseModel):
+    parameter: str = Field(max_length=64, description="the hyperparameter to move (one the family searched)")
+    seeds: int = Field(3, ge=1, le=20, description="training seeds per moved value")
+    points: int = Field(5, ge=2, le=21, description="moved values across best ± 15% of the range")
+    family: str | None = Field(None, max_length=32, description="whose best to move; default: the best family")
+
+
+class SensitivityPlanOut(BaseModel):
+    study: str
+    family: str
+    parameter: str
+    best_trial_id: int
+    best_value: float
+    values: list[float]
+    seeds: list[int]
+    queued: int
+    page: str
+
+
+class EffectPoint(BaseModel):
+    family: str
+    value: float
+    mean: float
+    std: float
+    count: int
+
+
+class SensitivityOut(BaseModel):
+    parameter: str
+    unit: str
+    best_values: dict[str, float]
+    pending: int
+    effect: list[EffectPoint]
+    figure: dict[str, Any]

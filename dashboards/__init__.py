@@ -6,7 +6,8 @@ from dashboards.history import history_figure
 from dashboards.importance import importance_figure
 from dashboards.pages import plotly_js_path, render, static_path
 from dashboards.parallel import Range, neighbourhood, parallel_figure
+from dashboards.sensitivity import sensitivity_figure
 
 __all__ = ["Range", "averaging_switches", "curves_figure", "figure_json", "history_figure", "importance_figure",
            "neighbourhood", "non_dominated", "parallel_figure", "pareto_figure", "plotly_js_path", "render",
-           "static_path"]
+           "sensitivity_figure", "static_path"]
