@@ -34,7 +34,9 @@ BROKEN = {**TINY_SPEC, "name": "broken", "families": ["lstm"], "fixed": {}, "par
 def server(ray_cluster, tmp_path_factory) -> Iterator[tuple[str, Settings]]:
     root = tmp_path_factory.mktemp("browser")
     settings = Settings(f"sqlite:///{root / 'tuner.db'}", root / "artifacts")
-    for spec in (BROKEN, {**STAGED, "name": "shown", "tuning": {"sampler": "random", "trials": 1, "concurrency": 2}}):
+    shown = {**STAGED, "name": "shown", "tuning": {"sampler": "random", "trials": 1, "concurrency": 2},
+             "dynamic_evaluation": {**STAGED["dynamic_evaluation"], "trials": 1}}
+    for spec in (BROKEN, shown):
         document = yaml.safe_dump(spec, sort_keys=False)
         assert launch_study(parse_spec(document), document, settings) == "complete"
     with serve_app(settings) as base_url:

@@ -24,7 +24,7 @@ from optuna.trial import TrialState, create_trial
 from sqlalchemy import func, select
 
 from tuner.db import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, sessions
-from tuner.spec import StudySpec
+from tuner.spec import is_character_level
 
 Evaluator = Literal["fanova", "ped_anova", "mean_decrease_impurity"]
 EVALUATORS = {"fanova": FanovaImportanceEvaluator, "ped_anova": PedAnovaImportanceEvaluator,
@@ -49,7 +49,8 @@ class Unit:
 
 
 def unit_of(spec: dict[str, Any]) -> Unit:
-    if StudySpec.model_validate(spec).character_level:
+    """The unit of a study's scores, from its spec as stored."""
+    if is_character_level(spec.get("dataset", {})):
         return Unit("bpc", "validation bits per character")
     return Unit("perplexity", "validation perplexity")
 

@@ -20,8 +20,8 @@ async function drawPlot(element) {
   const config = {responsive: true, displaylogo: false};
   await Plotly.react(element, body.figure.data, body.figure.layout, config);
   element.dataset.ready = "true";
+  element.dataset.readyMs = element.dataset.readyMs || String(performance.now());  // first drawn (benchmarks)
   element.dataset.loads = String(Number(element.dataset.loads || 0) + 1);
-  element.dispatchEvent(new CustomEvent("plot-data", {detail: body}));
 }
 
 async function swapFragment(element) {
@@ -91,5 +91,6 @@ document.addEventListener("submit", event => {
 document.addEventListener("DOMContentLoaded", async () => {
   await Promise.all([...document.querySelectorAll("[data-src]")].map(drawPlot));
   document.body.dataset.ready = "true";
+  document.body.dataset.readyMs = String(performance.now());
   startLiveRefresh();
 });
