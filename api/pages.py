@@ -16,7 +16,7 @@ from dashboards import plotly_js_path, render, static_path
 from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
 from tuner.comparison import comparison
 from tuner.db import STUDY_STATUSES
-from tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_trials
+from tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_families, study_trials
 from tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from tuner.settings import Settings
 from tuner.space import distributions
@@ -42,7 +42,7 @@ def root() -> RedirectResponse:
 @router.get("/dashboard", **Html)
 def studies(config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Every study and comparison: status, progress, best score, families, budget; filters."""
-    families = sorted({f for s in list_studies(config.storage_url).items for f in s.families})
+    families = study_families(config.storage_url)
     return render("studies.html", **_studies(config, None, None, None, 0), statuses=STUDY_STATUSES,
                   families=families, refresh_ms=int(refresh * 1000))
 

@@ -160,7 +160,7 @@ def test_click_from_the_list_to_a_trial_and_download_its_checkpoint(page, api, t
     open_page(page, "/dashboard")
     page.click("a[href='/dashboard/studies/shown']")
     page.wait_for_selector("body[data-ready=true]")
-    first = page.locator("#trials-table tbody tr").first
+    first = page.locator("#trials-table tbody tr", has=page.locator("td:nth-child(4)", has_text="tune")).first
     trial_id = int(first.get_attribute("data-trial"))
     first.locator("td:nth-child(2) a").click()
     page.wait_for_url(f"**/dashboard/trials/{trial_id}")
@@ -226,10 +226,12 @@ def test_pages_refresh_in_place_while_a_study_runs(page, server):
         open_page(page, "/dashboard/studies/shown?refresh=0.3")
         page.evaluate("window.stillHere = true")
         page.wait_for_function("Number(document.getElementById('history').dataset.loads) >= 2")  # refreshed
+        assert page.evaluate("document.body.dataset.live") == "true"
         set_status(settings, "shown", "complete")
         page.wait_for_selector("#facts [data-status=complete]")
     finally:
         set_status(settings, "shown", "complete")
+    page.wait_for_selector("body[data-live=false]")
     refreshes = page.evaluate("Number(document.body.dataset.refreshes)")
     page.wait_for_timeout(1000)
     assert page.evaluate("Number(document.body.dataset.refreshes)") == refreshes  # stopped once it ended

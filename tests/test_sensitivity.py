@@ -77,7 +77,8 @@ def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tun
         assert f"{value:.4g}" in line and "│ 2 " in line
     again = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
     assert again.exit_code == 0 and "0 new run(s)" in again.output  # nothing is run twice
-    refused = CliRunner().invoke(app, [*arguments[:2], "--parameter", "num_layers", *arguments[4:]])
+    refused = CliRunner().invoke(app, [*arguments[:2], "--parameter", "num_layers", *arguments[4:]],
+                                 env={"COLUMNS": "200"})
     assert refused.exit_code == 2 and "allowed: a hyperparameter searched for lstm (learning_rate)" in refused.output
 
 

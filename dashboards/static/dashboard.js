@@ -54,8 +54,10 @@ function startLiveRefresh() {
     await refresh(true);
     wasLive = pageIsLive();  // one last refresh after the study ends shows its final state
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
+    document.body.dataset.live = String(wasLive);
     if (wasLive) setTimeout(tick, period);
   };
+  document.body.dataset.live = String(wasLive);
   if (wasLive) setTimeout(tick, period);
 }
 
