@@ -261,7 +261,7 @@ def test_dashboard_pages_render(service):
     filtered = client.get("/dashboard/fragments/studies", params={"family": "mogrifier"}).text
     assert 'data-study="served"' in filtered and 'data-study="other"' not in filtered
     rows = client.get("/dashboard/fragments/studies/served/trials", params={"sort": "number", "family": "lstm"}).text
-    assert rows.count("data-trial=") == 1 and "family=lstm&amp;sort=number&amp;order=desc" in rows
+    assert rows.count("data-trial=") == 1 and "family=lstm&sort=number&order=desc" in rows
     trial_id = client.get("/studies/served/trials").json()["items"][0]["trial_id"]
     for path in (f"/dashboard/trials/{trial_id}", "/dashboard/studies/served/comparison",
                  "/dashboard/studies/served/sensitivity", "/dashboard/fragments/studies/served/facts"):
