@@ -99,9 +99,11 @@ def parallel(
 def importance(
     name: str,
     config: SettingsDep,
-    evaluator: Annotated[Evaluator, Query(description="Optuna's importance evaluator")] = "fanova",
+    evaluator: Annotated[Evaluator, Query(description="Optuna's importance evaluator")] = "ped_anova",
 ) -> ImportanceOut:
-    """Each family's hyperparameter importance from Optuna's evaluator, over its complete tuning trials."""
+    """Each family's hyperparameter importance from Optuna's evaluator, over its complete tuning trials.
+    PED-ANOVA answers in seconds at thousands of trials; fANOVA and mean decrease impurity fit random
+    forests and can take minutes there. Results are cached until another trial completes."""
     study = study_or_404(config, name)
     values = {family: importances(config.storage_url, name, family, evaluator) for family in study.families}
     return ImportanceOut(evaluator=evaluator, importances=values,

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from dashboards.figures import styled
 
 NEIGHBOURHOOD = 0.15
+MAX_LINES = 400  # beyond a few hundred lines parallel coordinates are a blur that takes seconds to draw
 COLOURS = [[0.0, "#c8c8c8"], [0.5, "#ff7f0e"], [1.0, "#d62728"]]  # other, neighbourhood, best
 
 
@@ -52,13 +53,16 @@ def neighbourhood(trials: pd.DataFrame, ranges: Mapping[str, Range], best_trial_
 
 
 def parallel_figure(trials: pd.DataFrame, ranges: Mapping[str, Range], best_trial_id: int | None, y_title: str,
-                    family: str, fraction: float = NEIGHBOURHOOD) -> go.Figure:
+                    family: str, fraction: float = NEIGHBOURHOOD, max_lines: int = MAX_LINES) -> go.Figure:
     """One axis per hyperparameter plus the score; lines coloured grey, orange (neighbourhood), red (best).
-    `trials`: trial_id, score and one column per hyperparameter in `ranges`."""
+    `trials`: trial_id, score and one column per hyperparameter in `ranges`. Only the best `max_lines`
+    trials and the whole neighbourhood are drawn."""
     figure = go.Figure()
     if trials.empty or best_trial_id is None:
         return styled(figure, f"Parallel coordinates: {family} (no complete trials yet)", "", "")
     near = neighbourhood(trials, ranges, best_trial_id, fraction)
+    drawn = near | (trials["score"].rank(method="first") <= max_lines)  # the best, and every neighbour
+    total, trials, near = len(trials), trials[drawn], near[drawn]
     colour = np.where(trials["trial_id"] == best_trial_id, 1.0, np.where(near, 0.5, 0.0))
     order = np.argsort(colour, kind="stable")  # highlighted lines drawn last, on top
     ordered = trials.iloc[order]
@@ -67,8 +71,9 @@ def parallel_figure(trials: pd.DataFrame, ranges: Mapping[str, Range], best_tria
     figure.add_trace(go.Parcoords(
         line={"color": colour[order], "colorscale": COLOURS, "cmin": 0.0, "cmax": 1.0},
         dimensions=dimensions, name=family))
+    shown = "" if len(trials) == total else f"; the best {len(trials)} of {total} trials drawn"
     title = (f"{family}: best trial (red) and {int(near.sum()) - 1} within ±{fraction:.0%} of every range "
-             f"(orange)")
+             f"(orange){shown}")
     return styled(figure, title, "", "", margin={"l": 60, "r": 60, "t": 90, "b": 30}, title_font_size=14)
 
 
