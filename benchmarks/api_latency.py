@@ -33,7 +33,16 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.db import StudyRecord, TrialRecord, TurnRecord, ensure_schema, families_column, optuna_storage  # noqa: E402
+from tuner.db import (  # noqa: E402
+    EvaluationRecord,
+    StudyRecord,
+    TrialRecord,
+    TurnRecord,
+    ensure_schema,
+    families_column,
+    optuna_storage,
+)
+from tuner.spec import parse_spec  # noqa: E402
 
 SPACE = {
     "learning_rate": FloatDistribution(0.001, 0.004, log=True),
@@ -48,15 +57,20 @@ SPACE = {
 }
 STUDY = "bench"
 FAMILIES = ("lstm", "mogrifier")
+RERUNS = 5
 
 
 def seed(url: str, trials: int, turns: int) -> None:
     ensure_schema(url)
     rng = random.Random(0)
     engine = create_engine(url)
-    spec = {"name": STUDY, "families": list(FAMILIES), "parameter_budget": 24_000_000,
-            "tuning": {"trials": trials // len(FAMILIES)}, "resources": {"gpus_per_trial": 1.0}}
+    spec = {"name": STUDY, "families": list(FAMILIES), "parameter_budget": 24_000_000, "dataset": {"name": "ptb"},
+            "search_space": {name: {"low": d.low, "high": d.high, "log": getattr(d, "log", False)}
+                             for name, d in SPACE.items()},
+            "tuning": {"trials": trials // len(FAMILIES)}, "resources": {"gpus_per_trial": 1.0},
+            "reruns": {"top": 1, "seeds": RERUNS}, "evaluation": {"mc_samples": 200}}
     start = datetime(2026, 1, 1, tzinfo=UTC)
+    parse_spec(spec)  # what the API reads back must be a valid spec
     with engine.begin() as connection:
         connection.execute(insert(StudyRecord.__table__), [{
             "name": STUDY, "status": "complete", "spec": spec, "families": families_column(list(FAMILIES)),
@@ -68,7 +82,8 @@ def seed(url: str, trials: int, turns: int) -> None:
             connection.execute(insert(models.StudyDirectionModel.__table__).values(
                 study_id=study_id, direction=optuna.study.StudyDirection.MINIMIZE, objective=0))
             rows: dict[str, list[dict]] = {name: [] for name in
-                                           ("trials", "values", "params", "intermediate", "attrs", "ours", "turns")}
+                                           ("trials", "values", "params", "intermediate", "attrs", "ours", "turns",
+                                            "evaluations")}
             for number in range(trials // len(FAMILIES)):
                 trial_id += 1
                 began = start + timedelta(minutes=trial_id)
@@ -96,22 +111,41 @@ def seed(url: str, trials: int, turns: int) -> None:
                 for key, value in (("family", family), ("parameter_count", 23_990_000), ("hidden_size", 900)):
                     rows["attrs"].append({"trial_id": trial_id, "key": key, "value_json": json.dumps(value)})
                 rows["ours"].append({"trial_id": trial_id, "study_name": STUDY, "family": family, "number": number,
+                                     "stage": "tune", "parent_trial_id": None,
                                      "state": "COMPLETE", "value": curve[-1],
                                      "hidden_size": 900, "parameter_count": 23_990_000 - rng.randint(0, 5000),
                                      "seed": number, "interrupted": False, "turns_reported": turns,
                                      "wall_seconds": turns * 36.0})
+            trial_id = _seed_reruns(rows, trial_id, family, rng)
             for table, key in ((models.TrialModel, "trials"), (models.TrialValueModel, "values"),
                                (models.TrialParamModel, "params"), (models.TrialIntermediateValueModel,
                                                                     "intermediate"),
                                (models.TrialUserAttributeModel, "attrs"), (TrialRecord, "ours"),
                                (TurnRecord, "turns")):
                 connection.execute(insert(table.__table__), rows[key])
+            connection.execute(insert(EvaluationRecord.__table__), rows["evaluations"])
         if engine.dialect.name == "postgresql":  # the ids were given explicitly: move the sequence on
             connection.execute(text("SELECT setval('trials_trial_id_seq', (SELECT max(trial_id) FROM trials))"))
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.execute(text("ANALYZE"))  # as autovacuum would soon after a bulk load
     engine.dispose()
+
+
+def _seed_reruns(rows: dict[str, list[dict]], trial_id: int, family: str, rng: random.Random) -> int:
+    """Five reruns of the family's best trial, each with deterministic and MC test evaluations, as the
+    second stage leaves them: the comparison table is computed from these."""
+    best = min((row for row in rows["ours"]), key=lambda row: row["value"])
+    for repeat in range(RERUNS):
+        trial_id += 1
+        value = best["value"] + 0.02 * rng.random()
+        rows["ours"].append(best | {"trial_id": trial_id, "number": repeat, "stage": "rerun",
+                                    "parent_trial_id": best["trial_id"], "value": value, "seed": 1_000_000 + repeat})
+        for kind, offset in (("deterministic", 0.0), ("mc", -0.01)):
+            rows["evaluations"].append({"trial_id": trial_id, "kind": kind, "valid_loss": value + offset,
+                                        "test_loss": value + offset - 0.02, "logit_scale": 1.0,
+                                        "settings": {"mc_samples": 200 if kind == "mc" else 0}})
+    return trial_id
 
 
 def free_port() -> int:
@@ -199,6 +233,8 @@ def main() -> None:
                                 "optuna_dashboard": timings(theirs, f"/api/studies/{study_id}", args.repeats)},
                 "pareto": {"lm_tuner": timings(ours, f"/studies/{STUDY}/pareto", args.repeats),
                            "optuna_dashboard": timings(theirs, f"/api/studies/{study_id}", args.repeats)},
+                "comparison": {"lm_tuner": timings(ours, f"/studies/{STUDY}/comparison", args.repeats),
+                               "optuna_dashboard": timings(theirs, f"/api/studies/{study_id}", args.repeats)},
             }
     finally:
         for process in processes:
@@ -220,7 +256,7 @@ def main() -> None:
         "database": "PostgreSQL " + str(server.host) + ":" + str(server.port),
         "study": {"trials": args.trials, "turns_per_trial": args.turns, "families": list(FAMILIES),
                   "hyperparameters": len(SPACE), "seeding_seconds": seeding_seconds},
-        "note": ("optuna-dashboard has no paged trials or Pareto endpoint: its UI loads the study detail "
+        "note": ("optuna-dashboard has no paged trials, Pareto or comparison endpoint: its UI loads the study detail "
                  "(every trial of one family's Optuna study, 2,500 here) for those views, so that call is the "
                  "comparison. Sequential requests over HTTP on localhost, after 3 warm-up requests each."),
         "endpoints": measured,

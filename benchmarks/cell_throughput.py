@@ -113,6 +113,11 @@ def synchronize(device: torch.device) -> None:
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+WARMUP_NOTE = {
+    "cpu": "none: the fast path runs eager kernels, so there is nothing to compile or cache",
+    "cuda": "the first training step of each layer and window shape captures a CUDA graph (models.cuda_graphs); "
+            "nothing is compiled",
+}
 
 
 def time_in_turns(steps: dict[str, Callable[[], None]], rounds: int, device: torch.device,
@@ -253,7 +258,7 @@ def main() -> None:
         "language_models": language_models,
         "recurrent_layers_only": recurrent,
         "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads)
-        | {"compilation": "none: the fast path runs eager kernels, so there is nothing to compile or cache"},
+        | {"compilation": WARMUP_NOTE[device.type]},
     }
     text = json.dumps(result, indent=2)
     print(text)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from models.cells import truncated_normal_
 from models.config import ModelConfig
+from models.cuda_graphs import run_layer
 from models.recurrence import RecurrentLayer, State, variational_mask
 
 
@@ -49,6 +50,7 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.config = config
         self.dropout_multiplier = 1.0  # Monte-Carlo evaluation scales every rate (see monte_carlo_dropout)
+        self.cuda_graphs = True  # replay training windows as CUDA graphs on a GPU (see models.cuda_graphs)
         embed, hidden = config.embedding_size, config.hidden_size
         self.embedding = nn.Embedding(config.vocab_size, embed)
         truncated_normal_(self.embedding.weight, math.sqrt(1.0 / embed))
@@ -84,7 +86,7 @@ class LanguageModel(nn.Module):
                 below = sum(outputs) if config.residual_connections else outputs[-1]
                 x = self._dropout(below, config.inter_layer_dropout)
             state_mask = variational_mask(tokens.shape[1], config.hidden_size, self._rate(config.state_dropout), x)
-            h, layer_state = layer(x, layer_state, state_mask)
+            h, layer_state = run_layer(layer, x, layer_state, state_mask, self.cuda_graphs)
             outputs.append(self._dropout(h, config.cell_output_dropout))
             next_state.append(layer_state)
         return self._logits(self._dropout(sum(outputs), config.output_dropout)), next_state

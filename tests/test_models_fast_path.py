@@ -47,7 +47,7 @@ def _outputs_and_grads(layer, fast, inputs, h, c, mask):
     layer.fast = fast
     inputs, h, c = (t.detach().requires_grad_() for t in (inputs, h, c))
     outputs, (h_last, c_last) = layer(inputs, (h, c), mask)
-    weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype).view_as(outputs)
+    weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype, device=outputs.device).view_as(outputs)
     loss = (outputs * weights).sum() + 0.3 * h_last.sum() + 0.7 * c_last.sum()
     grads = torch.autograd.grad(loss, [inputs, h, c, *layer.parameters()])
     return [outputs, h_last, c_last, *grads]
@@ -60,6 +60,19 @@ def test_fast_path_matches_reference_in_double_precision(family, rounds, rank, c
     window = _window(7, 3, 5, 6, torch.float64, masked)
     fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
     for a, b in zip(fast, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
+def test_fast_path_matches_reference_on_cuda(family, rounds, rank, cap, masked):
+    """The same equivalence on a GPU, where the fast path's kernels are cuBLAS and CUDA element-wise ones."""
+    torch.manual_seed(0)
+    layer = _layer(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64).cuda()
+    window = [None if t is None else t.cuda() for t in _window(7, 3, 5, 6, torch.float64, masked)]
+    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    for a, b in zip(fast, reference, strict=True):
+        assert a.is_cuda
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 

@@ -13,7 +13,7 @@ from tuner.comparison import comparison
 from tuner.controller import launch_study
 from tuner.settings import Settings
 from tuner.space import trial_setup
-from tuner.spec import load_spec, parse_spec
+from tuner.spec import StudySpec, load_spec, parse_spec
 
 SPACES = Path(__file__).parent.parent / "spaces"
 FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",
@@ -33,6 +33,14 @@ def test_full_size_space_is_accepted_and_fits_its_budget(name):
     assert spec.evaluation is not None and spec.dynamic_evaluation is not None and spec.reruns is not None
     assert spec.training.budget_epochs is not None
     assert spec.character_level == (spec.dataset.name in ("ptb-char", "enwik8"))
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_full_size_space_survives_the_trip_to_a_trial(name):
+    # Trials receive the spec as JSON (model_dump) and validate it again; an epoch budget once came
+    # back beside the default `turns` and every trial of every full-size space failed to start.
+    spec = load_spec(SPACES / f"{name}.yaml")
+    assert StudySpec.model_validate(spec.model_dump(mode="json")) == spec
 
 
 @pytest.mark.parametrize("name", FULL_SIZE)

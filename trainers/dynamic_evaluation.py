@@ -98,14 +98,11 @@ def _adapting_pass(model: LanguageModel, stream: Tensor, rms: list[Tensor], conf
             logits, state = model(inputs, state)
             nll = token_nll(logits, targets, logit_scale)
             losses.append(nll.detach().double().flatten())
-            model.zero_grad(set_to_none=True)
-            nll.mean().backward()
+            grads = torch.autograd.grad(nll.mean(), params)  # no .grad buffers to zero and accumulate into
             with torch.no_grad():
                 torch._foreach_lerp_(params, initial, decay_rates)  # + lambda RMSnorm (theta_0 - theta)
-                torch._foreach_addcmul_(params, [p.grad for p in params], step_sizes, value=-1.0)
+                torch._foreach_addcmul_(params, grads, step_sizes, value=-1.0)
     finally:
         with torch.no_grad():
-            for param, value in zip(params, initial, strict=True):
-                param.copy_(value)
-        model.zero_grad(set_to_none=True)
+            torch._foreach_copy_(params, initial)
     return losses

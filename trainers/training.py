@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 from torch import Tensor
 
 from models import LanguageModel, ModelConfig, count_parameters, detach_state
@@ -71,6 +71,14 @@ class Schedule(BaseModel):
         if given and "turns" in self.model_fields_set:
             raise ValueError(f"turns and {given[0]} are both budgets; give one")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_turns(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave `turns` out where another budget rules, so a dumped schedule validates again."""
+        data = handler(self)
+        if any(getattr(self, name) is not None for name in BUDGETS):
+            data.pop("turns", None)
+        return data
 
 
 class TrainingConfig(BaseModel):
