@@ -7,8 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 from optuna.distributions import BaseDistribution, CategoricalDistribution
+from pydantic import Field
 
-from api.deps import Reader, SettingsDep, require_study, study_or_404
+from api.deps import Reader, SettingsDep, Unauthorized, require_study, study_or_404
 from api.schemas import CurvesOut, HistoryBest, HistoryOut, ImportanceOut, ParallelOut
 from dashboards import (
     Range,
@@ -33,7 +34,7 @@ from tuner.analysis import (
 )
 
 router = APIRouter(tags=["plots"], dependencies=[Reader])
-NotFound = {404: {"description": "no such study, or no such family in it"}}
+NotFound = {404: {"description": "no such study, or no such family in it"}, **Unauthorized}
 
 
 @router.get("/studies/{name}/history", response_model=HistoryOut, responses=NotFound)
@@ -56,7 +57,7 @@ def history(name: str, config: SettingsDep) -> HistoryOut:
 def curves(
     name: str,
     config: SettingsDep,
-    trial_id: Annotated[list[int] | None, Query(max_length=MAX_CURVES,
+    trial_id: Annotated[list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None, Query(max_length=MAX_CURVES,
                                                 description="trials to draw; default: the best five")] = None,
 ) -> CurvesOut:
     """Learning curves (validation solid, training dotted) with the turns where averaging switched."""

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
 
-from api.deps import Reader, SettingsDep, Writer, require_study, study_or_404
+from api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
 from api.schemas import (
     ComparisonOut,
     EvaluationOut,
@@ -51,7 +51,6 @@ StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITIN
                         Query(description="only trials in this state")]
 TrialId = Annotated[int, FastAPIPath(ge=1, le=2**31 - 1, description="the trial's id (Optuna's trial_id)")]
 NotFound = {404: {"description": "no such study or trial"}}
-Unauthorized = {401: {"description": "a valid bearer token is required"}}
 
 
 @router.get("/health", tags=["service"])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query, status
+from fastapi.exceptions import RequestValidationError
 
-from api.deps import Reader, SettingsDep, Writer, study_or_404
+from api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
 from api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
 from dashboards import figure_json, sensitivity_figure
 from tuner.analysis import unit_of
@@ -17,11 +18,11 @@ from tuner.spec import StudySpec
 from tuner.stages import top_trials
 
 router = APIRouter(tags=["sensitivity"])
-Refused = {422: {"description": "the parameter, family, seeds or points cannot be used; the message says why"}}
 
 
 @router.post("/studies/{name}/sensitivity", response_model=SensitivityPlanOut, status_code=status.HTTP_202_ACCEPTED,
-             dependencies=[Writer], responses={404: {"description": "no such study"}, **Refused})
+             dependencies=[Writer], responses={404: {"description": "no such study"}, **Unauthorized,
+                                               400: {"description": "the body is not valid JSON"}})
 def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
     """Queue re-runs of the best configuration with `parameter` moved across ±15% of its range (`points`
     values, `seeds` seeds each); a `tuner worker` (or `tuner serve`) trains them. Runs already queued or
@@ -30,8 +31,9 @@ def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> 
     try:
         plan = plan_sensitivity(config.storage_url, name, body.parameter, seeds=body.seeds, points=body.points,
                                 family=body.family)
-    except SensitivityError as error:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(error)) from error
+    except SensitivityError as error:  # answered like FastAPI's own validation errors, naming the field
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", error.field), "msg": str(error),
+                                       "input": getattr(body, error.field, None)}]) from error
     return SensitivityPlanOut(study=name, family=plan.family, parameter=plan.parameter,
                               best_trial_id=plan.best_trial_id, best_value=plan.best_value, values=plan.values,
                               seeds=plan.seeds, queued=plan.queued, page=f"/dashboard/studies/{name}/sensitivity"
@@ -39,7 +41,7 @@ def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> 
 
 
 @router.get("/studies/{name}/sensitivity", response_model=SensitivityOut, dependencies=[Reader],
-            responses={404: {"description": "no such study"}})
+            responses={404: {"description": "no such study"}, **Unauthorized})
 def read_sensitivity(
     name: str,
     config: SettingsDep,

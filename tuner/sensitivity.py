@@ -45,6 +45,10 @@ _user_attributes = TrialUserAttributeModel.__table__
 class SensitivityError(ValueError):
     """A request that cannot be served; the message names the field, the value and what is allowed."""
 
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
 
 @dataclass(frozen=True)
 class SensitivityPlan:
@@ -62,8 +66,8 @@ def moved_values(distribution: BaseDistribution, best: float, points: int) -> li
     """`points` values evenly across best ± SPAN of the range (on the log scale for log ranges), clipped to
     the range; integers rounded and duplicates dropped. An odd count includes the best value itself."""
     if isinstance(distribution, CategoricalDistribution):
-        raise SensitivityError("parameter: a categorical hyperparameter has no range to move across; "
-                               "choose a numeric one")
+        raise SensitivityError("parameter", "a categorical hyperparameter has no range to move across; "
+                                            "choose a numeric one")
     low, high = distribution.low, distribution.high
     scale = (math.log, math.exp) if distribution.log else (float, float)
     centre, width = scale[0](best), SPAN * (scale[0](high) - scale[0](low))
@@ -82,18 +86,19 @@ def plan_sensitivity(url: str, name: str, parameter: str, *, seeds: int, points:
         raise KeyError(name)
     spec = StudySpec.model_validate(spec_data)
     if seeds < 1 or points < 2:
-        raise SensitivityError(f"seeds/points: got {seeds}/{points}; allowed: at least 1 seed and 2 points")
+        raise SensitivityError("seeds" if seeds < 1 else "points",
+                               f"got {seeds if seeds < 1 else points}; allowed: at least 1 seed and 2 points")
     family = family or _best_family(url, spec)
     if family not in spec.families:
-        raise SensitivityError(f"family: got {family!r}; allowed: {', '.join(spec.families)}")
+        raise SensitivityError("family", f"got {family!r}; allowed: {', '.join(spec.families)}")
     space = distributions(spec, family)
     if parameter not in space or space[parameter].single():
         searched = ", ".join(p for p, d in space.items() if not d.single()) or "none"
-        raise SensitivityError(f"parameter: got {parameter!r}; allowed: a hyperparameter searched for {family} "
-                               f"({searched})")
+        raise SensitivityError("parameter", f"got {parameter!r}; allowed: a hyperparameter searched for {family} "
+                                            f"({searched})")
     best = top_trials(url, name, family, "tune", 1)
     if not best:
-        raise SensitivityError(f"family: {family} has no complete tuning trial yet; wait for one")
+        raise SensitivityError("family", f"{family} has no complete tuning trial yet; wait for one")
     storage = optuna_storage(url)
     best_params = storage.get_trial(best[0].trial_id).params
     values = moved_values(space[parameter], best_params[parameter], points)
