@@ -7,15 +7,22 @@ BIN := $(VENV)/bin
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(if $(shell curl -sfm 5 -o /dev/null $(CPU_INDEX)/torch/ && echo up),--extra-index-url $(CPU_INDEX)))
 
-.PHONY: demo test setup
+# The dashboard's browser tests drive Debian's Chromium (never a browser downloaded by Playwright).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-setup: $(VENV)/.installed
+.PHONY: demo test setup chromium
+
+setup: $(VENV)/.installed chromium
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends chromium \
+		|| { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
-	$(BIN)/pip install --quiet -e ".[test]"
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 
 demo: setup

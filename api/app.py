@@ -7,7 +7,7 @@ from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from api import pages, routes
+from api import pages, plots, routes, sensitivity
 from tuner.db import ensure_schema
 from tuner.settings import Settings
 
@@ -22,6 +22,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.include_router(routes.router)
+    app.include_router(plots.router)
+    app.include_router(sensitivity.router)
     app.include_router(pages.router)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app

@@ -19,6 +19,7 @@ def settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(settings)]
+Unauthorized = {401: {"description": "a valid bearer token is required"}}  # documented on every guarded route
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 

@@ -1,18 +1,37 @@
-"""The dashboard's HTML pages, served beside the REST API."""
+"""The dashboard's HTML pages and the fragments they refresh in place while a study runs."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from optuna.distributions import CategoricalDistribution
 
 from api.deps import Reader, SettingsDep, study_or_404
-from api.schemas import StudyOut
-from dashboards import plotly_js_path, studies_page, study_page
-from tuner.results import list_studies, study_trials
+from api.schemas import StudyOut, TrialOut
+from dashboards import plotly_js_path, render, static_path
+from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
+from tuner.comparison import comparison
+from tuner.db import STUDY_STATUSES
+from tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_families, study_trials
+from tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
+from tuner.settings import Settings
+from tuner.space import distributions
+from tuner.spec import StudySpec
 
 router = APIRouter(include_in_schema=False)
+
+STUDIES_PAGE = 50
+TRIALS_PAGE = 100
+STAGES = ("tune", "rerun", "dyneval", "sensitivity")
+DEFAULT_EVALUATOR = "ped_anova"  # fANOVA takes minutes at thousands of trials; the page offers it
+Html = {"response_class": HTMLResponse, "dependencies": [Reader]}
+Refresh = Annotated[float, Query(ge=0.2, le=3600, description="seconds between live refreshes")]
+StatusFilter = Annotated[Literal["", *STUDY_STATUSES] | None, Query()]
+Offset = Annotated[int, Query(ge=0)]
 
 
 @router.get("/")
@@ -20,23 +39,91 @@ def root() -> RedirectResponse:
     return RedirectResponse("/dashboard")
 
 
-PAGE_SIZE = 200
+@router.get("/dashboard", **Html)
+def studies(config: SettingsDep, refresh: Refresh = 5.0) -> str:
+    """Every study and comparison: status, progress, best score, families, budget; filters."""
+    families = study_families(config.storage_url)
+    return render("studies.html", **_studies(config, None, None, None, 0), statuses=STUDY_STATUSES,
+                  families=families, refresh_ms=int(refresh * 1000))
 
 
-@router.get("/dashboard", response_class=HTMLResponse, dependencies=[Reader])
-def studies(config: SettingsDep) -> str:
-    page = list_studies(config.storage_url, limit=PAGE_SIZE)
-    return studies_page([StudyOut.of(s).model_dump() for s in page.items], total=page.total)
+@router.get("/dashboard/fragments/studies", **Html)
+def studies_fragment(config: SettingsDep, status_filter: Annotated[StatusFilter, Query(alias="status")] = None,
+                     family: Annotated[str | None, Query(max_length=32)] = None,
+                     q: Annotated[str | None, Query(max_length=64)] = None, offset: Offset = 0) -> str:
+    return render("_studies.html", **_studies(config, status_filter or None, family or None, q or None, offset))
 
 
-@router.get("/dashboard/studies/{name}", response_class=HTMLResponse, dependencies=[Reader])
-def study(name: str, config: SettingsDep) -> str:
-    """The study with its best trials first (one page of them; the API pages through the rest)."""
+@router.get("/dashboard/studies/{name}", **Html)
+def study(name: str, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+    """Optimisation history, Pareto front, learning curves, parallel coordinates, importance, trial table."""
     found = study_or_404(config, name)
-    page = study_trials(config.storage_url, name, sort="value", limit=PAGE_SIZE)
-    trials = [{**asdict(t), "perplexity": t.perplexity, "has_checkpoint": t.checkpoint is not None}
-              for t in page.items]
-    return study_page(StudyOut.of(found).model_dump(), trials, total=page.total)
+    return render("study.html", study=_study(found), **_trials(config, name, None, None, None, "value", "asc", 0),
+                  states=TRIAL_STATES, stages=STAGES, evaluators=list(EVALUATORS), evaluator=DEFAULT_EVALUATOR,
+                  refresh_ms=int(refresh * 1000))
+
+
+@router.get("/dashboard/fragments/studies/{name}/facts", **Html)
+def study_facts(name: str, config: SettingsDep) -> str:
+    return render("_study_facts.html", study=_study(study_or_404(config, name)))
+
+
+@router.get("/dashboard/fragments/studies/{name}/trials", **Html)
+def trials_fragment(
+    name: str,
+    config: SettingsDep,
+    state: Annotated[Literal["", *TRIAL_STATES] | None, Query()] = None,
+    family: Annotated[str | None, Query(max_length=32)] = None,
+    stage: Annotated[Literal["", *STAGES] | None, Query()] = None,
+    sort: Annotated[Literal["number", "value", "family", "state", "started"], Query()] = "value",
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    offset: Offset = 0,
+) -> str:
+    """One page of the trial table, sorted and filtered in the database."""
+    study_or_404(config, name)
+    return render("_trials.html", **_trials(config, name, state or None, family or None, stage or None, sort, order,
+                                            offset))
+
+
+@router.get("/dashboard/studies/{name}/comparison", **Html)
+def comparison_page(name: str, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+    """Table 2.1: the families side by side, a Pareto plot across them, and the stage-2 lineage."""
+    return render("comparison.html", **_comparison(config, name), refresh_ms=int(refresh * 1000))
+
+
+@router.get("/dashboard/fragments/studies/{name}/comparison", **Html)
+def comparison_fragment(name: str, config: SettingsDep) -> str:
+    return render("_comparison.html", **_comparison(config, name))
+
+
+@router.get("/dashboard/trials/{trial_id}", **Html)
+def trial(trial_id: int, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+    """Hyperparameters, learning curve, evaluation results and the checkpoint of one trial."""
+    return render("trial.html", **_trial(config, trial_id), refresh_ms=int(refresh * 1000))
+
+
+@router.get("/dashboard/fragments/trials/{trial_id}", **Html)
+def trial_fragment(trial_id: int, config: SettingsDep) -> str:
+    return render("_trial.html", **_trial(config, trial_id))
+
+
+@router.get("/dashboard/studies/{name}/sensitivity", **Html)
+def sensitivity_page(name: str, config: SettingsDep, parameter: Annotated[str | None, Query(max_length=64)] = None,
+                     refresh: Refresh = 5.0) -> str:
+    """The measured effect of one hyperparameter, with a form that queues more runs."""
+    found = study_or_404(config, name)
+    spec = StudySpec.model_validate(found.spec)
+    parameters = sorted({p for family in spec.families for p, d in distributions(spec, family).items()
+                         if not d.single() and not isinstance(d, CategoricalDistribution)})
+    chosen = parameter or _measured_parameter(config, name, parameters)
+    return render("sensitivity.html", study=_study(found), parameters=parameters, parameter=chosen,
+                  **_sensitivity(config, name, chosen), refresh_ms=int(refresh * 1000))
+
+
+@router.get("/dashboard/fragments/studies/{name}/sensitivity", **Html)
+def sensitivity_fragment(name: str, config: SettingsDep, parameter: Annotated[str, Query(max_length=64)]) -> str:
+    study_or_404(config, name)
+    return render("_sensitivity.html", parameter=parameter, **_sensitivity(config, name, parameter))
 
 
 @router.get("/static/plotly.min.js")
@@ -45,3 +132,70 @@ def plotly_js() -> FileResponse:
     if not path.is_file():
         raise HTTPException(status.HTTP_404_NOT_FOUND, "plotly.js is missing from the plotly package")
     return FileResponse(path, media_type="text/javascript")
+
+
+@router.get("/static/{filename}")
+def static(filename: str) -> FileResponse:
+    path = static_path(filename)
+    if path is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {filename!r}")
+    return FileResponse(path, media_type="text/javascript" if path.suffix == ".js" else None)
+
+
+def _study(found: StudyView) -> dict[str, Any]:
+    unit = unit_of(found.spec)
+    best = None if found.best is None else unit.of(found.best.value)
+    return {**StudyOut.of(found).model_dump(), "unit": unit.name, "unit_title": unit.title, "best_score": best,
+            "best_possible_score": unit.of(found.best_possible_loss)}
+
+
+def _studies(config: Settings, status_filter: str | None, family: str | None, q: str | None,
+             offset: int) -> dict[str, Any]:
+    page = list_studies(config.storage_url, status=status_filter, family=family, name_contains=q, limit=STUDIES_PAGE,
+                        offset=offset)
+    query = urlencode({k: v for k, v in (("status", status_filter), ("family", family), ("q", q)) if v})
+    return {"studies": [_study(s) for s in page.items], "total": page.total, "offset": offset,
+            "limit": STUDIES_PAGE, "query": query}
+
+
+def _trials(config: Settings, name: str, state: str | None, family: str | None, stage: str | None, sort: str,
+            order: str, offset: int) -> dict[str, Any]:
+    unit = _unit(config, name)
+    page = study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
+                        descending=order == "desc", limit=TRIALS_PAGE, offset=offset)
+    rows = [{**asdict(t), "score": unit.of(t.value), "has_checkpoint": t.checkpoint is not None} for t in page.items]
+    filters = urlencode({k: v for k, v in (("state", state), ("family", family), ("stage", stage)) if v})
+    return {"trials": rows, "total": page.total, "offset": offset, "limit": TRIALS_PAGE, "sort": sort,
+            "order": order, "filters": filters, "unit": unit.name}
+
+
+def _comparison(config: Settings, name: str) -> dict[str, Any]:
+    found = study_or_404(config, name)
+    return {"study": _study(found), "comparison": asdict(comparison(config.storage_url, name))}
+
+
+def _trial(config: Settings, trial_id: int) -> dict[str, Any]:
+    found = get_trial(config.storage_url, trial_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
+    unit = _unit(config, found.study)
+    evaluations = [{**asdict(e), "valid_score": unit.of(e.valid_loss), "test_score": unit.of(e.test_loss)}
+                   for e in trial_evaluations(config.storage_url, trial_id)]
+    return {"trial": {**TrialOut.of(found).model_dump(), "score": unit.of(found.value)}, "unit": unit.name,
+            "evaluations": evaluations}
+
+
+def _sensitivity(config: Settings, name: str, parameter: str | None) -> dict[str, Any]:
+    runs = sensitivity_runs(config.storage_url, name, parameter or "")
+    effect = measured_effect(runs).to_dict("records")
+    return {"effect": effect, "pending": pending_runs(config.storage_url, name, runs)}
+
+
+def _measured_parameter(config: Settings, name: str, parameters: list[str]) -> str | None:
+    """The first hyperparameter with measured runs, else the first searched one."""
+    measured = [p for p in parameters if not sensitivity_runs(config.storage_url, name, p).empty]
+    return (measured or parameters or [None])[0]
+
+
+def _unit(config: Settings, name: str) -> Unit:
+    return study_unit(config.storage_url, name)

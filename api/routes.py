@@ -10,9 +10,10 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
 
-from api.deps import Reader, SettingsDep, Writer, require_study, study_or_404
+from api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
 from api.schemas import (
     ComparisonOut,
+    EvaluationOut,
     ParetoOut,
     ParetoPoint,
     SpecErrorsOut,
@@ -28,6 +29,7 @@ from api.schemas import (
     TurnOut,
 )
 from dashboards import figure_json, non_dominated, pareto_figure
+from tuner.analysis import study_unit, trial_evaluations
 from tuner.comparison import comparison
 from tuner.controller import StudyConflict
 from tuner.lifecycle import StudyStateError, cancel_study, delete_study
@@ -49,7 +51,6 @@ StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITIN
                         Query(description="only trials in this state")]
 TrialId = Annotated[int, FastAPIPath(ge=1, le=2**31 - 1, description="the trial's id (Optuna's trial_id)")]
 NotFound = {404: {"description": "no such study or trial"}}
-Unauthorized = {401: {"description": "a valid bearer token is required"}}
 
 
 @router.get("/health", tags=["service"])
@@ -164,14 +165,17 @@ def pareto(
     config: SettingsDep,
     x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
 ) -> ParetoOut:
-    """Validation perplexity vs a cost, one colour per family; the non-dominated trials as a figure and as data."""
+    """Validation perplexity (bits per character for character-level corpora) vs a cost, one colour per family;
+    the non-dominated trials as a figure and as data."""
     require_study(config, name)
     column, title = PARETO_AXES[x]
+    unit = study_unit(config.storage_url, name)
     frame = pareto_frame(config.storage_url, name)
-    front = frame[non_dominated(frame, column, "perplexity")] if not frame.empty else frame
-    figure = pareto_figure(frame, x=column, x_title=title)
+    frame["score"] = unit.convert(frame["value"])
+    front = frame[non_dominated(frame, column, "score")] if not frame.empty else frame
+    figure = pareto_figure(frame, x=column, x_title=title, y="score", y_title=unit.title)
     points = [ParetoPoint(trial_id=row.trial_id, family=row.family, number=row.number, x=getattr(row, column),
-                          perplexity=row.perplexity) for row in front.sort_values(column).itertuples()]
+                          perplexity=row.perplexity, score=row.score) for row in front.sort_values(column).itertuples()]
     return ParetoOut(x=x, figure=figure_json(figure), non_dominated=points)
 
 
@@ -190,12 +194,16 @@ def compare(name: str, config: SettingsDep) -> ComparisonOut:
 @router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
 def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
-    """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint."""
+    """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint, and its
+    evaluations (test protocol, dynamic evaluation) with scores in the study's unit."""
     found = get_trial(config.storage_url, trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
     curve = [TurnOut.of(turn) for turn in learning_curve(config.storage_url, trial_id)]
-    return TrialDetailOut(**TrialOut.of(found).model_dump(), learning_curve=curve)
+    unit = study_unit(config.storage_url, found.study)
+    evaluations = [EvaluationOut(**asdict(e), valid_score=unit.of(e.valid_loss), test_score=unit.of(e.test_loss))
+                   for e in trial_evaluations(config.storage_url, trial_id)]
+    return TrialDetailOut(**TrialOut.of(found).model_dump(), learning_curve=curve, evaluations=evaluations)
 
 
 @router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],

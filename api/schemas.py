@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tuner.db import TurnRecord
 from tuner.results import StudyView, TrialView
@@ -71,8 +71,20 @@ class TurnOut(BaseModel):
         return cls(**{name: getattr(record, name) for name in cls.model_fields})
 
 
+class EvaluationOut(BaseModel):
+    kind: str
+    valid_loss: float
+    test_loss: float
+    valid_score: float
+    test_score: float
+    logit_scale: float
+    settings: dict[str, Any]
+    dyneval_trial_id: int | None
+
+
 class TrialDetailOut(TrialOut):
     learning_curve: list[TurnOut]
+    evaluations: list[EvaluationOut]
 
 
 class StudyOut(BaseModel):
@@ -143,6 +155,7 @@ class ParetoPoint(BaseModel):
     number: int
     x: float
     perplexity: float
+    score: float  # in the study's unit: perplexity, or bits per character
 
 
 class ParetoOut(BaseModel):
@@ -204,3 +217,75 @@ class ComparisonOut(BaseModel):
     families: list[FamilyResultOut]
     winner: str | None
     winner_by: str
+
+
+class HistoryBest(BaseModel):
+    trial_id: int
+    number: int
+    score: float
+
+
+class HistoryOut(BaseModel):
+    unit: str
+    figure: dict[str, Any]
+    best: dict[str, HistoryBest]
+    counts: dict[str, int]
+
+
+class CurvesOut(BaseModel):
+    unit: str
+    trial_ids: list[int]
+    averaging_switches: dict[int, list[int]]
+    figure: dict[str, Any]
+
+
+class ParallelOut(BaseModel):
+    family: str
+    unit: str
+    trials: int
+    best_trial_id: int | None
+    neighbourhood: list[int]
+    figure: dict[str, Any]
+
+
+class ImportanceOut(BaseModel):
+    evaluator: str
+    importances: dict[str, dict[str, float]]
+    figure: dict[str, Any]
+
+
+
+class SensitivityIn(BaseModel):
+    parameter: str = Field(max_length=64, description="the hyperparameter to move (one the family searched)")
+    seeds: int = Field(3, ge=1, le=20, description="training seeds per moved value")
+    points: int = Field(5, ge=2, le=21, description="moved values across best ± 15% of the range")
+    family: str | None = Field(None, max_length=32, description="whose best to move; default: the best family")
+
+
+class SensitivityPlanOut(BaseModel):
+    study: str
+    family: str
+    parameter: str
+    best_trial_id: int
+    best_value: float
+    values: list[float]
+    seeds: list[int]
+    queued: int
+    page: str
+
+
+class EffectPoint(BaseModel):
+    family: str
+    value: float
+    mean: float
+    std: float
+    count: int
+
+
+class SensitivityOut(BaseModel):
+    parameter: str
+    unit: str
+    best_values: dict[str, float]
+    pending: int
+    effect: list[EffectPoint]
+    figure: dict[str, Any]

@@ -1,6 +1,13 @@
 """Figures (pure functions: data frame in, plotly figure out) and the HTML pages of the dashboard."""
 
+from dashboards.curves import averaging_switches, curves_figure
 from dashboards.figures import figure_json, non_dominated, pareto_figure
-from dashboards.pages import plotly_js_path, studies_page, study_page
+from dashboards.history import history_figure
+from dashboards.importance import importance_figure
+from dashboards.pages import plotly_js_path, render, static_path
+from dashboards.parallel import Range, neighbourhood, parallel_figure
+from dashboards.sensitivity import sensitivity_figure
 
-__all__ = ["figure_json", "non_dominated", "pareto_figure", "plotly_js_path", "studies_page", "study_page"]
+__all__ = ["Range", "averaging_switches", "curves_figure", "figure_json", "history_figure", "importance_figure",
+           "neighbourhood", "non_dominated", "parallel_figure", "pareto_figure", "plotly_js_path", "render",
+           "sensitivity_figure", "static_path"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 import numpy as np
@@ -18,27 +19,36 @@ def family_colour(family: str, position: int = 0) -> str:
 
 
 def figure_json(figure: go.Figure) -> dict[str, Any]:
-    """The figure as plain JSON data with arrays as lists: plotly encodes numeric arrays as base64
-    typed arrays, which only plotly.js reads. (Figures are built from numpy arrays because plotly
+    """The figure as plain JSON data with arrays as lists and NaN as null: plotly encodes numeric arrays as
+    base64 typed arrays, which only plotly.js reads. (Figures are built from numpy arrays because plotly
     validates those far faster than lists.)"""
     return _plain(figure.to_plotly_json())
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return _listed(value)
     if isinstance(value, dict) and "bdata" in value and "dtype" in value:
         array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
         if "shape" in value:
             array = array.reshape([int(size) for size in str(value["shape"]).split(",")])
-        return array.tolist()
+        return _listed(array)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
     if isinstance(value, np.generic):
-        return value.item()
+        return _plain(value.item())
     return value
+
+
+def _listed(array: np.ndarray) -> list:
+    """As nested lists, with NaN and infinities as null (a gap to plotly; JSON has no NaN)."""
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return _plain(array.astype(object).tolist())
+    return array.tolist()
 
 
 def non_dominated(frame: pd.DataFrame, x: str, y: str) -> pd.Series:
@@ -83,10 +93,15 @@ def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = 
             customdata=front[["trial_id", "number", "family"]].to_numpy(),
             hovertemplate="non-dominated: %{customdata[2]} #%{customdata[1]}<extra></extra>",
         ))
-    grid = {"gridcolor": "#e5e5e5", "zeroline": False}
-    figure.update_layout(  # styled by hand: expanding a named template costs more than the data
-        title="Pareto front: validation perplexity vs size", xaxis={"title": {"text": x_title}, **grid},
-        yaxis={"title": {"text": y_title}, **grid}, template="none", paper_bgcolor="white",
-        plot_bgcolor="white", font={"family": "system-ui, sans-serif"}, legend_title_text="family",
+    return styled(figure, f"Pareto front: {y_title} vs {x_title}", x_title, y_title, legend_title_text="family")
+
+
+def styled(figure: go.Figure, title: str, x_title: str, y_title: str, **layout: Any) -> go.Figure:
+    """The dashboard's look, set by hand: expanding a named plotly template costs more than the data."""
+    grid = {"gridcolor": "#e5e5e5", "zeroline": False, "automargin": True}
+    figure.update_layout(
+        title=title, xaxis={"title": {"text": x_title}, **grid}, yaxis={"title": {"text": y_title}, **grid},
+        template="none", paper_bgcolor="white", plot_bgcolor="white", font={"family": "system-ui, sans-serif"},
+        **{"margin": {"l": 70, "r": 20, "t": 50, "b": 55}, **layout},
     )
     return figure

@@ -1,17 +1,18 @@
-"""HTML pages: templates filled with plain data (mappings and records), no database access."""
+"""HTML pages and fragments: templates filled with plain data (mappings and records), no database access."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import plotly
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+STATIC = Path(__file__).parent / "static"
 _TEMPLATES = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"),
     autoescape=select_autoescape(["html"]),
+    undefined=StrictUndefined,  # a missing value is a bug, not an empty cell
 )
 
 
@@ -20,10 +21,12 @@ def plotly_js_path() -> Path:
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def studies_page(studies: Sequence[Mapping[str, Any]], total: int) -> str:
-    return _TEMPLATES.get_template("studies.html").render(studies=studies, total=total)
+def static_path(name: str) -> Path | None:
+    """A file of the dashboard's own static folder, or None (also for names leaving it)."""
+    path = (STATIC / name).resolve()
+    return path if path.is_file() and path.is_relative_to(STATIC.resolve()) else None
 
 
-def study_page(study: Mapping[str, Any], trials: Sequence[Mapping[str, Any]], total: int) -> str:
-    """`trials` is one page of the study's trials (best first); `total` counts them all."""
-    return _TEMPLATES.get_template("study.html").render(study=study, trials=trials, total=total)
+def render(template: str, **context: Any) -> str:
+    """A page (`study.html`) or a fragment of one (`_trials.html`), refreshed in place by dashboard.js."""
+    return _TEMPLATES.get_template(template).render(**context)

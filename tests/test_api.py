@@ -255,7 +255,53 @@ def test_dashboard_pages_render(service):
     assert "best possible perplexity" in page.text
     script = client.get("/static/plotly.min.js")
     assert script.status_code == 200 and "plotly" in script.text[:2000].lower()
+    assert "drawPlot" in client.get("/static/dashboard.js").text
+    assert client.get("/static/missing.js").status_code == 404
     assert client.get("/dashboard/studies/absent").status_code == 404
+    filtered = client.get("/dashboard/fragments/studies", params={"family": "mogrifier"}).text
+    assert 'data-study="served"' in filtered and 'data-study="other"' not in filtered
+    rows = client.get("/dashboard/fragments/studies/served/trials", params={"sort": "number", "family": "lstm"}).text
+    assert rows.count("data-trial=") == 1 and "family=lstm&sort=number&order=desc" in rows
+    trial_id = client.get("/studies/served/trials").json()["items"][0]["trial_id"]
+    for path in (f"/dashboard/trials/{trial_id}", "/dashboard/studies/served/comparison",
+                 "/dashboard/studies/served/sensitivity", "/dashboard/fragments/studies/served/facts"):
+        assert client.get(path).status_code == 200, path
+    assert client.get("/dashboard/trials/99999").status_code == 404
+
+
+def test_plot_endpoints_aggregate_what_the_study_page_draws(service):
+    client, _ = service
+    trials = {t["family"]: t for t in client.get("/studies/served/trials").json()["items"]}
+    history = client.get("/studies/served/history").json()
+    assert history["unit"] == "perplexity" and history["counts"] == {"COMPLETE": 2}
+    for family, trial in trials.items():
+        assert history["best"][family] == {"trial_id": trial["trial_id"], "number": 0,
+                                           "score": pytest.approx(trial["perplexity"])}
+    lstm = trials["lstm"]["trial_id"]
+    curves = client.get("/studies/served/curves", params={"trial_id": [lstm]}).json()
+    assert curves["trial_ids"] == [lstm] and list(curves["averaging_switches"]) == [str(lstm)]
+    valid = next(t for t in curves["figure"]["data"] if t["name"] == "lstm #0 valid")
+    turns = client.get(f"/trials/{lstm}").json()["learning_curve"]
+    assert valid["y"] == pytest.approx([math.exp(turn["val_loss"]) for turn in turns])
+    assert len(client.get("/studies/served/curves").json()["trial_ids"]) == 2  # default: the best
+    other = client.get("/studies/other/trials").json()["items"][0]["trial_id"]
+    assert client.get("/studies/served/curves", params={"trial_id": [other]}).status_code == 404
+    parallel = client.get("/studies/served/parallel", params={"family": "mogrifier"}).json()
+    assert parallel["best_trial_id"] == parallel["neighbourhood"][0] == trials["mogrifier"]["trial_id"]
+    (trace,) = parallel["figure"]["data"]
+    assert [d["label"] for d in trace["dimensions"]] == ["learning_rate (log)", "mogrifier_rounds",
+                                                         "validation perplexity"]
+    assert client.get("/studies/served/parallel", params={"family": "rlstm"}).status_code == 404
+    ranked = client.get("/studies/served/importance", params={"evaluator": "ped_anova"}).json()
+    assert ranked["importances"] == {"lstm": {}, "mogrifier": {}}  # one trial per family: nothing to rank
+    assert client.get("/studies/served/importance", params={"evaluator": "guess"}).status_code == 422
+    assert client.get("/studies/absent/history").status_code == 404
+
+
+def test_trial_detail_carries_evaluations_in_the_study_unit(service):
+    client, _ = service
+    trial_id = client.get("/studies/served/trials").json()["items"][0]["trial_id"]
+    assert client.get(f"/trials/{trial_id}").json()["evaluations"] == []  # no test protocol in this spec
 
 
 def test_openapi_documents_every_endpoint(service):

@@ -128,7 +128,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
 def _step(url: str, spec: StudySpec, work: Callable[[], None], settings: Settings) -> None:
     """Run one stage of the study unless a cancel was requested; Ray is started on first need."""
     if not cancel_requested(url, spec.name):
-        _connect_ray(settings)
+        connect_ray(settings)
         work()
 
 
@@ -184,7 +184,7 @@ def _finish(url: str, name: str, status: str, error: str | None) -> None:
         record.status, record.error, record.finished_at, record.controller = status, error, utcnow(), None
 
 
-def _connect_ray(settings: Settings) -> None:
+def connect_ray(settings: Settings) -> None:
     if ray.is_initialized():
         return
     ray.init(address=settings.ray_address, include_dashboard=False, logging_level=logging.WARNING,

@@ -100,7 +100,7 @@ class TrialRecord(Base):
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     study_name: Mapped[str] = mapped_column(String(64), index=True)
     family: Mapped[str] = mapped_column(String(32))
-    stage: Mapped[str] = mapped_column(String(16), default="tune")  # tune, rerun or dyneval
+    stage: Mapped[str] = mapped_column(String(16), default="tune")  # tune, rerun, dyneval or sensitivity
     parent_trial_id: Mapped[int | None] = mapped_column(Integer)  # the trial a rerun repeats / a dyneval adapts
     state: Mapped[str] = mapped_column(String(16), default="RUNNING")
     value: Mapped[float | None] = mapped_column(Float)  # best validation loss, COMPLETE trials only

@@ -8,8 +8,9 @@ import threading
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from tuner.controller import StudyConflict, controller_alive, run_claimed_study, this_controller
+from tuner.controller import StudyConflict, connect_ray, controller_alive, run_claimed_study, this_controller
 from tuner.db import StudyRecord, ensure_schema, families_column, sessions, utcnow
+from tuner.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from tuner.settings import Settings
 from tuner.spec import StudySpec
 
@@ -57,13 +58,16 @@ def claim_next_study(url: str) -> StudySpec | None:
 
 def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
                stop: threading.Event | None = None) -> int:
-    """Run queued studies until stopped (or, with `once`, until the queue is empty); returns how many ran."""
+    """Run queued studies, then queued sensitivity runs, until stopped (or, with `once`, until both queues are
+    empty); returns how many studies ran."""
     ensure_schema(settings.storage_url)
     stop = stop or threading.Event()
     ran = 0
     while not stop.is_set():
         spec = claim_next_study(settings.storage_url)
         if spec is None:
+            if run_sensitivity_requests(settings):
+                continue
             if once:
                 break
             stop.wait(poll_seconds)
@@ -79,6 +83,17 @@ def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = Fa
         except Exception:  # recorded on the study by the controller; the worker keeps serving the queue
             log.exception("study %s failed", spec.name)
         ran += 1
+    return ran
+
+
+def run_sensitivity_requests(settings: Settings) -> int:
+    """Train the sensitivity runs requested over REST (queued as WAITING trials); returns how many ran."""
+    url = settings.storage_url
+    ran = 0
+    for name in studies_with_queued_sensitivity(url):
+        log.info("measuring sensitivity in study %s", name)
+        connect_ray(settings)
+        ran += run_queued_sensitivity(stored_spec(url, name)[0], settings)
     return ran
 
 

@@ -130,6 +130,13 @@ def list_studies(url: str, *, status: str | None = None, family: str | None = No
     return Page(views, total, limit, offset)
 
 
+def study_families(url: str) -> list[str]:
+    """Every family some study compares, sorted (for filters)."""
+    with sessions(url)() as session:
+        stored = session.scalars(select(StudyRecord.families).distinct()).all()
+    return sorted({family for families in stored for family in families.strip(",").split(",") if family})
+
+
 def study_exists(url: str, name: str) -> bool:
     with sessions(url)() as session:
         return session.scalar(select(StudyRecord.id).where(StudyRecord.name == name)) is not None

@@ -21,6 +21,7 @@ from tuner.hyperparameters import HYPERPARAMETERS
 
 Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 
 
 class _Strict(BaseModel):
@@ -147,11 +148,15 @@ class StudySpec(_Strict):
     @property
     def character_level(self) -> bool:
         """Character-level tasks report bits per character instead of perplexity."""
-        kind = getattr(self.dataset, "name", None) or getattr(self.dataset, "format", None)
-        return kind in ("ptb-char", "enwik8", "text8")
+        return is_character_level(self.dataset.model_dump(mode="json"))
 
     def fixed_for(self, family: str) -> dict[str, bool | int | float]:
         return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
+
+
+def is_character_level(dataset: dict[str, Any]) -> bool:
+    """Whether a dataset section (as stored with a study) names a character-level corpus."""
+    return (dataset.get("name") or dataset.get("format")) in CHARACTER_LEVEL_CORPORA
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""Measured sensitivity over REST: queue the runs (a `tuner worker` trains them) and read the measured effect."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.exceptions import RequestValidationError
+
+from api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
+from api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
+from dashboards import figure_json, sensitivity_figure
+from tuner.analysis import unit_of
+from tuner.db import optuna_storage
+from tuner.sensitivity import SensitivityError, measured_effect, pending_runs, plan_sensitivity, sensitivity_runs
+from tuner.space import distributions
+from tuner.spec import StudySpec
+from tuner.stages import top_trials
+
+router = APIRouter(tags=["sensitivity"])
+
+
+@router.post("/studies/{name}/sensitivity", response_model=SensitivityPlanOut, status_code=status.HTTP_202_ACCEPTED,
+             dependencies=[Writer], responses={404: {"description": "no such study"}, **Unauthorized,
+                                               400: {"description": "the body is not valid JSON"}})
+def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
+    """Queue re-runs of the best configuration with `parameter` moved across ±15% of its range (`points`
+    values, `seeds` seeds each); a `tuner worker` (or `tuner serve`) trains them. Runs already queued or
+    made are not repeated."""
+    study_or_404(config, name)
+    try:
+        plan = plan_sensitivity(config.storage_url, name, body.parameter, seeds=body.seeds, points=body.points,
+                                family=body.family)
+    except SensitivityError as error:  # answered like FastAPI's own validation errors, naming the field
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", error.field), "msg": str(error),
+                                       "input": getattr(body, error.field, None)}]) from error
+    return SensitivityPlanOut(study=name, family=plan.family, parameter=plan.parameter,
+                              best_trial_id=plan.best_trial_id, best_value=plan.best_value, values=plan.values,
+                              seeds=plan.seeds, queued=plan.queued, page=f"/dashboard/studies/{name}/sensitivity"
+                                                                        f"?parameter={plan.parameter}")
+
+
+@router.get("/studies/{name}/sensitivity", response_model=SensitivityOut, dependencies=[Reader],
+            responses={404: {"description": "no such study"}, **Unauthorized})
+def read_sensitivity(
+    name: str,
+    config: SettingsDep,
+    parameter: Annotated[str, Query(max_length=64, description="the hyperparameter that was moved")],
+) -> SensitivityOut:
+    """The measured effect: per family and moved value, mean ± std of the validation score over seeds, with
+    the figure; `pending` counts runs still queued or running."""
+    study = study_or_404(config, name)
+    spec = StudySpec.model_validate(study.spec)
+    unit = unit_of(study.spec)
+    runs = sensitivity_runs(config.storage_url, name, parameter)
+    effect = measured_effect(runs)
+    best_values, log = {}, False
+    for family in spec.families:
+        space = distributions(spec, family)
+        best = top_trials(config.storage_url, name, family, "tune", 1)
+        if parameter in space and best:
+            best_values[family] = optuna_storage(config.storage_url).get_trial(best[0].trial_id).params[parameter]
+            log = log or bool(getattr(space[parameter], "log", False))
+    shown = effect["family"].iloc[0] if not effect.empty else None
+    figure = sensitivity_figure(runs, effect, parameter, unit.title, best_values.get(shown), log)
+    return SensitivityOut(
+        parameter=parameter, unit=unit.name, best_values=best_values,
+        pending=pending_runs(config.storage_url, name, runs),
+        effect=[EffectPoint(family=r.family, value=r.value, mean=r.mean, std=r.std, count=r.count)
+                for r in effect.itertuples()],
+        figure=figure_json(figure))
