@@ -154,15 +154,16 @@ def reference_loss(model: ReferenceModel, stream: Tensor) -> float:
 
 def train_reference(corpus: Corpus, eval_text: Tensor, budget_seconds: float, eval_every: float,
                     parameters: int) -> dict[str, Any]:
-    """pytorch/examples training, evaluated every `eval_every` seconds of training instead of every epoch
-    (the learning rate is annealed at those evaluations)."""
+    """pytorch/examples training: the learning rate is divided by `anneal` after an epoch whose validation
+    loss does not improve on the best epoch's. Between epochs it is also evaluated every `eval_every`
+    seconds of training for the curve (those evaluations anneal nothing)."""
     settings = REFERENCE_SETTINGS
     vocab_size = len(corpus.vocabulary)
     size = reference_size(vocab_size, parameters, settings["num_layers"])
     torch.manual_seed(0)
     model = ReferenceModel(vocab_size, size, settings["num_layers"], settings["dropout"], settings["init_range"])
     batched = batchify(corpus.train, settings["batch_size"])
-    learning_rate, best_loss = settings["learning_rate"], math.inf
+    learning_rate, best_loss, best_epoch_loss = settings["learning_rate"], math.inf, math.inf
     best_weights = early_weights = copy.deepcopy(model.state_dict())
     curve: list[dict[str, Any]] = []
     wall_started, cpu_started = time.perf_counter(), time.process_time()
@@ -187,11 +188,8 @@ def train_reference(corpus: Corpus, eval_text: Tensor, budget_seconds: float, ev
             if since_eval < eval_every and not finished:
                 continue
             val_loss = reference_loss(model, eval_text)
-            improved = val_loss < best_loss
-            if improved:
+            if val_loss < best_loss:
                 best_loss, best_weights = val_loss, copy.deepcopy(model.state_dict())
-            else:
-                learning_rate /= settings["anneal"]
             wall = time.perf_counter() - wall_started
             if wall <= EARLY_SECONDS:
                 early_weights = best_weights
@@ -202,13 +200,19 @@ def train_reference(corpus: Corpus, eval_text: Tensor, budget_seconds: float, ev
             since_eval, loss_sum, tokens = 0.0, 0.0, 0
             if finished:
                 break
+        if not finished:  # the epoch ended: pytorch/examples' annealing rule
+            epoch_loss = reference_loss(model, eval_text)
+            if epoch_loss < best_epoch_loss:
+                best_epoch_loss = epoch_loss
+            else:
+                learning_rate /= settings["anneal"]
         epochs += 1
     full = {}
     for name, weights in (("early", early_weights), ("end", best_weights)):
         model.load_state_dict(weights)
         full[name] = perplexity(reference_loss(model, corpus.valid))
     configuration = dict(settings, emsize=size, nhid=size, eval_every_seconds=eval_every,
-                         anneal_when="at every evaluation that does not improve on the best")
+                         anneal_when="after an epoch whose validation loss does not improve on the best epoch's")
     parameters = sum(p.numel() for p in model.parameters())
     assert parameters == reference_parameters(vocab_size, size, settings["num_layers"])
     return dict(configuration=configuration, parameters=parameters, curve=curve, full_valid_ppl=full)
