@@ -7,16 +7,19 @@ BIN := $(VENV)/bin
 CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(if $(shell curl -sfm 5 -o /dev/null $(CPU_INDEX)/torch/ && echo up),--extra-index-url $(CPU_INDEX)))
 
-# The dashboard's browser tests drive Debian's Chromium (never a browser downloaded by Playwright).
+# Debian packages the tests drive: Chromium for the dashboard's browser tests (never a browser
+# downloaded by Playwright) and docker-compose to validate the compose file (no engine needed).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+DEBIAN_TOOLS := chromium docker-compose
+MISSING_TOOLS = $(foreach tool,$(DEBIAN_TOOLS),$(if $(shell command -v $(tool) 2>/dev/null),,$(tool)))
 
-.PHONY: demo test setup chromium
+.PHONY: demo test setup debian-tools
 
-setup: $(VENV)/.installed chromium
+setup: $(VENV)/.installed
 
-chromium:
-	@command -v chromium >/dev/null 2>&1 || $(SUDO) apt-get install -y --no-install-recommends chromium \
-		|| { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }
+debian-tools:
+	@test -z "$(MISSING_TOOLS)" || $(SUDO) apt-get install -y --no-install-recommends $(MISSING_TOOLS) \
+		|| { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(MISSING_TOOLS); }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +32,6 @@ demo: setup
 	$(BIN)/tuner launch --space spaces/quickstart.yaml
 	@echo "Browse it: $(BIN)/tuner serve   (then open http://127.0.0.1:8000/dashboard)"
 
-test: setup
+test: setup debian-tools
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
