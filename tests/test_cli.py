@@ -146,6 +146,8 @@ def test_serve_with_its_worker_runs_a_submitted_study(tmp_path):
                       "the worker did not finish the submitted study")
             study = client.get("/studies/over-rest").json()
             assert study["status"] == "complete" and study["counts"]["COMPLETE"] == 1
+            # The database says complete a moment before the worker has tidied up and logged it.
+            _wait_for(lambda: "study over-rest finished: complete" in log.read_text(), 60, "the worker did not log")
     finally:
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=90) == 0

@@ -41,3 +41,21 @@ def test_two_processes_creating_the_schema_at_once(backend, request):
         assert process.returncode == 0, err
         assert "schema at revision" in " ".join(out.split())
     assert PROJECT_TABLES <= set(inspect(engine_for(url)).get_table_names())
+
+
+@pytest.mark.parametrize("status, after", [("running", "queued"), ("complete", "complete"), ("failed", "failed")])
+def test_a_stopping_worker_requeues_only_a_study_still_running(storage_url, status, after):
+    from sqlalchemy import select, update
+
+    from tests.conftest import TINY_SPEC
+    from tuner.db import StudyRecord, sessions
+    from tuner.queue import requeue_study, submit_study
+    from tuner.spec import parse_spec
+
+    ensure_schema(storage_url)
+    submit_study(storage_url, parse_spec(TINY_SPEC), "document")
+    with sessions(storage_url).begin() as session:
+        session.execute(update(StudyRecord).where(StudyRecord.name == TINY_SPEC["name"]).values(status=status))
+    requeue_study(storage_url, TINY_SPEC["name"])
+    with sessions(storage_url)() as session:
+        assert session.scalar(select(StudyRecord.status).where(StudyRecord.name == TINY_SPEC["name"])) == after

@@ -98,8 +98,9 @@ def run_sensitivity_requests(settings: Settings) -> int:
 
 
 def requeue_study(url: str, name: str) -> None:
-    """Return a study interrupted by a stopping worker to the queue, so the next worker continues it."""
+    """Return a study interrupted by a stopping worker to the queue, so the next worker continues it.
+    A study that already finished (the stop came while its controller was tidying up) stays finished."""
     with sessions(url).begin() as session:
-        session.execute(update(StudyRecord).where(StudyRecord.name == name)
+        session.execute(update(StudyRecord).where(StudyRecord.name == name, StudyRecord.status == "running")
                         .values(status="queued", controller=None, finished_at=None,
                                 error="interrupted when its worker stopped; queued to continue"))
