@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import dynamic_evaluation_cost, ptb_short
 
 WORDS = ["the", "a", "market", "rose", "fell", "N", "<unk>", "shares", "of", "in"]
+
+
+@pytest.fixture(autouse=True)
+def _process_settings_restored():
+    """The benchmarks pin their process to cores and set thread counts, as they should when run; in the
+    test process those settings would leak into every later test and the processes it starts."""
+    affinity, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    variables = {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    yield
+    os.sched_setaffinity(0, affinity)
+    torch.set_num_threads(threads)
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
