@@ -24,8 +24,13 @@ ONE_FAMILY = {**TINY_SPEC, "families": ["lstm"], "fixed": {"num_layers": 1},
               "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}}}
 
 
+# The environment as the session began: ray.init in this process (the session's Ray fixture) adds
+# variables of its own, RAY_AUTH_MODE=token among them, which the CLI's own Ray must not inherit.
+SESSION_ENVIRONMENT = dict(os.environ)
+
+
 def environment(folder) -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200", "LM_TUNER_HOME": str(folder / "home")}
+    return {**SESSION_ENVIRONMENT, "COLUMNS": "200", "LM_TUNER_HOME": str(folder / "home")}
 
 
 def tuner(*args: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
