@@ -79,17 +79,8 @@ def resume(
 ) -> None:
     """Continue a study from the database: trials left running by a stopped controller are marked
     failed (interrupted) and run again, until every family has its trials. Exit status as for launch."""
-    from tuner.db import ensure_schema
-    from tuner.queue import stored_spec
-
-    _quiet_libraries()
     settings = Settings.from_options(storage, artifacts, address)
-    ensure_schema(settings.storage_url)
-    found = stored_spec(settings.storage_url, name)
-    if found is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(2)
-    _run_study(*found, settings)
+    _run_study(*_stored_study(settings, name, missing_exit=2), settings)
 
 
 def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
@@ -239,18 +230,11 @@ def sensitivity(
     score per value. Runs already made are reused. The dashboard plots the result at
     /dashboard/studies/NAME/sensitivity. Exit status: 0 done, 1 no such study, 2 a refused request."""
     from tuner.controller import connect_ray
-    from tuner.db import ensure_schema
-    from tuner.queue import stored_spec
     from tuner.sensitivity import SensitivityError, measured_effect, plan_sensitivity, run_queued_sensitivity
     from tuner.sensitivity import sensitivity_runs as runs_of
 
-    _quiet_libraries()
     settings = Settings.from_options(storage, artifacts, address)
-    ensure_schema(settings.storage_url)
-    found = stored_spec(settings.storage_url, name)
-    if found is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1)
+    spec, _ = _stored_study(settings, name, missing_exit=1)
     try:
         plan = plan_sensitivity(settings.storage_url, name, parameter, seeds=seeds, points=points, family=family)
     except SensitivityError as error:
@@ -260,7 +244,7 @@ def sensitivity(
                   f"{plan.best_value:.4g} moved to {', '.join(f'{v:.4g}' for v in plan.values)}; "
                   f"{len(plan.seeds)} seed(s) each, {plan.queued} new run(s)")
     connect_ray(settings)
-    run_queued_sensitivity(found[0], settings)
+    run_queued_sensitivity(spec, settings)
     effect = measured_effect(runs_of(settings.storage_url, name, parameter))
     table = Table(parameter, "mean", "std", "runs", title=f"{name} ({plan.family}): measured effect of {parameter}")
     for row in effect[effect["family"] == plan.family].itertuples():
@@ -504,6 +488,20 @@ def _stop(process: subprocess.Popen, grace_seconds: float = 60) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def _stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["StudySpec", str]:
+    """The stored spec and document of study `name` (the schema created if need be); exits if there is none."""
+    from tuner.db import ensure_schema
+    from tuner.queue import stored_spec
+
+    _quiet_libraries()
+    ensure_schema(settings.storage_url)
+    found = stored_spec(settings.storage_url, name)
+    if found is None:
+        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
+        raise typer.Exit(missing_exit)
+    return found
 
 
 def _quiet_libraries() -> None:
