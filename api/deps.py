@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from tuner.results import StudyView, get_study, study_exists
 from tuner.settings import Settings
@@ -14,7 +15,9 @@ from tuner.tokens import token_is_valid, tokens_required
 _bearer = HTTPBearer(auto_error=False, description="a token from `tuner token create NAME`")
 
 
-def settings(request: Request) -> Settings:
+# The dependencies are coroutines: FastAPI runs a plain function in its thread pool, and that hop cost
+# more than the work on the cheap endpoints. Database checks still run in the pool.
+async def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -47,15 +50,15 @@ def _check(config: Settings, credentials: HTTPAuthorizationCredentials | None) -
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_writer(config: SettingsDep, credentials: Credentials) -> None:
+async def require_writer(config: SettingsDep, credentials: Credentials) -> None:
     """Every write needs a valid token once any token exists."""
-    _check(config, credentials)
+    await run_in_threadpool(_check, config, credentials)
 
 
-def require_reader(config: SettingsDep, credentials: Credentials) -> None:
+async def require_reader(config: SettingsDep, credentials: Credentials) -> None:
     """Reads need a token only when the server was started with private reads."""
     if config.private_reads:
-        _check(config, credentials)
+        await run_in_threadpool(_check, config, credentials)
 
 
 Writer = Depends(require_writer)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
 from api.schemas import (
@@ -34,7 +35,16 @@ from tuner.comparison import comparison
 from tuner.controller import StudyConflict
 from tuner.lifecycle import StudyStateError, cancel_study, delete_study
 from tuner.queue import submit_study
-from tuner.results import get_trial, learning_curve, list_studies, pareto_frame, study_trials
+from tuner.results import (
+    Page,
+    TrialView,
+    get_trial,
+    learning_curve,
+    list_studies,
+    pareto_frame,
+    study_trials,
+)
+from tuner.settings import Settings
 from tuner.spec import SpecError, parse_spec
 
 MAX_SPEC_BYTES = 256 * 1024
@@ -59,7 +69,7 @@ def health() -> dict[str, str]:
 
 
 @router.get("/studies", response_model=StudyPage, tags=["studies"], dependencies=[Reader], responses=Unauthorized)
-def studies(
+async def studies(
     config: SettingsDep,
     status_filter: Annotated[Literal["queued", "running", "cancelling", "cancelled", "complete", "failed"] | None,
                              Query(alias="status", description="only studies in this status")] = None,
@@ -68,8 +78,8 @@ def studies(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> StudyPage:
-    page = list_studies(config.storage_url, status=status_filter, family=family, name_contains=q, limit=limit,
-                        offset=offset)
+    page = await run_in_threadpool(list_studies, config.storage_url, status=status_filter, family=family,
+                                   name_contains=q, limit=limit, offset=offset)
     return StudyPage(items=[StudyOut.of(s) for s in page.items], total=page.total, limit=limit, offset=offset)
 
 
@@ -106,9 +116,9 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 @router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-def study(name: str, config: SettingsDep) -> StudyDetailOut:
+async def study(name: str, config: SettingsDep) -> StudyDetailOut:
     """Status, trial counts by state, progress and ETA, the best trial, and the spec as submitted."""
-    return StudyDetailOut.of(study_or_404(config, name))
+    return StudyDetailOut.of(await run_in_threadpool(study_or_404, config, name))
 
 
 @router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
@@ -139,7 +149,7 @@ def remove(name: str, config: SettingsDep) -> Response:
 
 @router.get("/studies/{name}/trials", response_model=TrialPage, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-def trials(
+async def trials(
     name: str,
     config: SettingsDep,
     state: StateFilter = None,
@@ -152,21 +162,28 @@ def trials(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> TrialPage:
-    require_study(config, name)
-    page = study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
-                        descending=order == "desc", limit=limit, offset=offset)
+    def page_of_trials() -> Page[TrialView]:
+        require_study(config, name)
+        return study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
+                            descending=order == "desc", limit=limit, offset=offset)
+
+    page = await run_in_threadpool(page_of_trials)
     return TrialPage(items=[TrialOut.of(t) for t in page.items], total=page.total, limit=limit, offset=offset)
 
 
 @router.get("/studies/{name}/pareto", response_model=ParetoOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-def pareto(
+async def pareto(
     name: str,
     config: SettingsDep,
     x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
 ) -> ParetoOut:
     """Validation perplexity (bits per character for character-level corpora) vs a cost, one colour per family;
     the non-dominated trials as a figure and as data."""
+    return await run_in_threadpool(_pareto, config, name, x)
+
+
+def _pareto(config: Settings, name: str, x: str) -> ParetoOut:
     require_study(config, name)
     column, title = PARETO_AXES[x]
     unit = study_unit(config.storage_url, name)
@@ -181,11 +198,11 @@ def pareto(
 
 @router.get("/studies/{name}/comparison", response_model=ComparisonOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-def compare(name: str, config: SettingsDep) -> ComparisonOut:
+async def compare(name: str, config: SettingsDep) -> ComparisonOut:
     """The families side by side (Table 2.1 of the paper): the best tuning run, then validation and test
     with and without Monte-Carlo dropout and dynamic evaluation as mean ± std over the final models (the
     reruns), which stage-2 trial each dynamic result came from, and the winner by the rerun mean."""
-    found = comparison(config.storage_url, name)
+    found = await run_in_threadpool(comparison, config.storage_url, name)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
     return ComparisonOut.model_validate(asdict(found))

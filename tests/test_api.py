@@ -63,6 +63,9 @@ def test_studies_list_pages_and_filters(service):
     assert (first["total"], [s["name"] for s in first["items"] + second["items"]]) == (2, ["other", "served"])
     assert [s["name"] for s in client.get("/studies", params={"family": "mogrifier"}).json()["items"]] == ["served"]
     assert [s["name"] for s in client.get("/studies", params={"q": "serv"}).json()["items"]] == ["served"]
+    for wildcard in ("%", "_", "e_v", "/"):  # LIKE's wildcards and our escape character match only themselves
+        assert client.get("/studies", params={"q": wildcard}).json()["total"] == 0
+    assert client.get("/studies", params={"offset": 5}).json() == {"items": [], "total": 2, "limit": 50, "offset": 5}
     assert client.get("/studies", params={"status": "queued"}).json()["total"] == 0
     assert client.get("/studies", params={"status": "bogus"}).status_code == 422
     assert client.get("/studies", params={"limit": 0}).status_code == 422

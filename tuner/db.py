@@ -36,7 +36,7 @@ from sqlalchemy import (
     inspect,
     text,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 SCHEMA_LOCK_KEY = 0x6C6D74  # "lmt": the PostgreSQL advisory lock taken while creating the schema
@@ -212,6 +212,12 @@ def _sqlite_pragmas(connection, _record) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")  # readers (API) never block the writer (controller)
     cursor.execute("PRAGMA busy_timeout=60000")
     cursor.close()
+
+
+def reading(url: str) -> Connection:
+    """A connection for reads, in autocommit mode: no BEGIN and ROLLBACK round trips around a few SELECTs
+    (each statement sees its own snapshot)."""
+    return engine_for(url).connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
 def sessions(url: str) -> sessionmaker[Session]:

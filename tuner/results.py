@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
@@ -22,9 +22,9 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
     TrialParamModel,
     TrialUserAttributeModel,
 )
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, sessions
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, reading, sessions
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
 TRIAL_SORTS = ("number", "value", "family", "state", "started")
@@ -112,22 +112,37 @@ class StudyView:
 
 def list_studies(url: str, *, status: str | None = None, family: str | None = None, name_contains: str | None = None,
                  limit: int | None = None, offset: int = 0) -> Page[StudyView]:
-    """Studies, newest first, filtered and paged in the database."""
-    query = select(StudyRecord)
-    if status:
-        query = query.where(StudyRecord.status == status)
-    if family:
-        query = query.where(StudyRecord.families.contains(f",{family},", autoescape=True))
-    if name_contains:
-        query = query.where(StudyRecord.name.contains(name_contains, autoescape=True))
-    with sessions(url)() as session:
-        total = session.scalar(select(func.count()).select_from(query.subquery()))
-        records = session.scalars(query.order_by(StudyRecord.created_at.desc(), StudyRecord.id.desc())
-                                  .limit(limit).offset(offset)).all()
-        counts = _state_counts(session, records)
-        best = _best_trials(session, records)
-    views = [_study_view(r, counts.get(r.name, {}), best.get(r.name)) for r in records]
-    return Page(views, total, limit, offset)
+    """Studies, newest first, filtered and paged in the database: three queries whatever the page size."""
+    values = {"status": status, "family": family and _containing(f",{family},"),
+              "name": name_contains and _containing(name_contains), "limit": limit, "offset": offset}
+    query, count = _study_page_queries(bool(status), bool(family), bool(name_contains), limit is not None)
+    with reading(url) as connection:
+        rows = connection.execute(query, values).all()
+        total = rows[0].total if rows else connection.scalar(count, values)
+        best = _best_views(connection, rows)
+    return Page([_study_view(row, best.get(row.best_trial_id)) for row in rows], total, limit, offset)
+
+
+def _containing(text: str) -> str:
+    """A LIKE pattern (escape character /) matching values that contain `text` literally."""
+    return "%" + text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+@cache
+def _study_page_queries(by_status: bool, by_family: bool, by_name: bool, limited: bool) -> tuple[Select, Select]:
+    """The page and the count statements for one combination of filters, their values bound at execution."""
+    filters = []
+    if by_status:
+        filters.append(StudyRecord.status == bindparam("status"))
+    if by_family:
+        filters.append(StudyRecord.families.like(bindparam("family"), escape="/"))
+    if by_name:
+        filters.append(StudyRecord.name.like(bindparam("name"), escape="/"))
+    page = (_summary_query().add_columns(func.count().over().label("total")).where(*filters)
+            .order_by(StudyRecord.created_at.desc(), StudyRecord.id.desc()).offset(bindparam("offset")))
+    if limited:
+        page = page.limit(bindparam("limit"))
+    return page, select(func.count()).select_from(StudyRecord).where(*filters)
 
 
 def study_families(url: str) -> list[str]:
@@ -143,13 +158,12 @@ def study_exists(url: str, name: str) -> bool:
 
 
 def get_study(url: str, name: str) -> StudyView | None:
-    with sessions(url)() as session:
-        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
-        if record is None:
+    with reading(url) as connection:
+        row = connection.execute(_study_query(), {"name": name}).first()
+        if row is None:
             return None
-        counts = _state_counts(session, [record])
-        best = _best_trials(session, [record])
-    return _study_view(record, counts.get(name, {}), best.get(name))
+        best = _best_views(connection, [row])
+    return _study_view(row, best.get(row.best_trial_id))
 
 
 def study_trials(
@@ -181,18 +195,18 @@ def study_trials(
     }[sort]
     if descending:
         order = [column.desc() for column in order]
-    with sessions(url)() as session:
-        total = session.scalar(select(func.count()).select_from(TrialRecord).where(*filters))
-        rows = session.execute(_trial_query().where(*filters).order_by(*order, TrialRecord.trial_id)
-                               .limit(limit).offset(offset)).all()
-        views = _trial_views(session, rows)
+    with engine_for(url).connect() as connection:
+        total = connection.scalar(select(func.count()).select_from(TrialRecord).where(*filters))
+        rows = connection.execute(_trial_query().where(*filters).order_by(*order, TrialRecord.trial_id)
+                                  .limit(limit).offset(offset)).all()
+        views = _trial_views(connection, rows)
     return Page(views, total, limit, offset)
 
 
 def get_trial(url: str, trial_id: int) -> TrialView | None:
-    with sessions(url)() as session:
-        row = session.execute(_trial_query().where(TrialRecord.trial_id == trial_id)).first()
-        return None if row is None else _trial_views(session, [row])[0]
+    with reading(url) as connection:
+        row = connection.execute(_trials_by_id(), {"ids": [trial_id]}).first()
+        return None if row is None else _trial_views(connection, [row])[0]
 
 
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
@@ -261,49 +275,44 @@ def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
                                     .order_by(TurnRecord.turn)))
 
 
-def _trial_query():
+_TRIAL_COLUMNS = ("trial_id", "study_name", "family", "stage", "parent_trial_id", "number", "state", "value",
+                  "hidden_size", "parameter_count", "seed", "fail_reason", "turns_reported", "wall_seconds")
+_CHECKPOINT_COLUMNS = ("path", "size_bytes", "sha256", "val_loss", "turn")
+
+
+@cache  # built once, like _summary_query
+def _trial_query() -> Select:
+    """Everything a TrialView needs but its hyperparameters, as plain columns (rows read the same from a
+    Session or a Connection)."""
+    last = (select(_user_attributes.c.trial_id, _user_attributes.c.value_json.label("last_value"))
+            .where(_user_attributes.c.key == "last_value").subquery())
     return (
-        select(TrialRecord, _trials.c.datetime_start, _trials.c.datetime_complete, CheckpointRecord)
+        select(*(getattr(TrialRecord, name) for name in _TRIAL_COLUMNS), _trials.c.datetime_start,
+               _trials.c.datetime_complete, last.c.last_value,
+               *(getattr(CheckpointRecord, name).label(f"checkpoint_{name}") for name in _CHECKPOINT_COLUMNS))
         .join(_trials, _trials.c.trial_id == TrialRecord.trial_id)
         .outerjoin(CheckpointRecord, CheckpointRecord.trial_id == TrialRecord.trial_id)
+        .outerjoin(last, last.c.trial_id == TrialRecord.trial_id)
     )
 
 
-def _trial_views(session, rows) -> list[TrialView]:
-    ids = [row[0].trial_id for row in rows]
+def _trial_views(connection, rows) -> list[TrialView]:
+    """TrialViews of `_trial_query` rows, their hyperparameters read in one more query."""
+    ids = [row.trial_id for row in rows]
     params: dict[int, dict[str, Any]] = {trial_id: {} for trial_id in ids}
-    for trial_id, param_name, param_value, distribution in session.execute(
-            select(_params.c.trial_id, _params.c.param_name, _params.c.param_value, _params.c.distribution_json)
-            .where(_params.c.trial_id.in_(ids)).order_by(_params.c.param_id)):
-        params[trial_id][param_name] = _distribution(distribution).to_external_repr(param_value)
-    last_values = dict(session.execute(
-        select(_user_attributes.c.trial_id, _user_attributes.c.value_json)
-        .where(_user_attributes.c.trial_id.in_(ids), _user_attributes.c.key == "last_value")).all())
-    views = []
-    for record, started, finished, checkpoint in rows:
-        views.append(TrialView(
-            trial_id=record.trial_id,
-            study=record.study_name,
-            family=record.family,
-            stage=record.stage,
-            parent_trial_id=record.parent_trial_id,
-            number=record.number,
-            state=record.state,
-            value=record.value,
-            params=params[record.trial_id],
-            hidden_size=record.hidden_size,
-            parameter_count=record.parameter_count,
-            seed=record.seed,
-            fail_reason=record.fail_reason,
-            turns_reported=record.turns_reported,
-            wall_seconds=record.wall_seconds,
-            last_value=json.loads(last_values[record.trial_id]) if record.trial_id in last_values else None,
-            checkpoint=None if checkpoint is None else CheckpointView(
-                checkpoint.path, checkpoint.size_bytes, checkpoint.sha256, checkpoint.val_loss, checkpoint.turn),
-            started_at=_utc(started),
-            finished_at=_utc(finished),
-        ))
-    return views
+    if ids:
+        for trial_id, param_name, param_value, distribution in connection.execute(_params_by_trial(), {"ids": ids}):
+            params[trial_id][param_name] = _distribution(distribution).to_external_repr(param_value)
+    return [TrialView(
+        **{name: getattr(row, name) for name in _TRIAL_COLUMNS if name != "study_name"},
+        study=row.study_name,
+        params=params[row.trial_id],
+        last_value=None if row.last_value is None else json.loads(row.last_value),
+        checkpoint=None if row.checkpoint_path is None else CheckpointView(
+            *(getattr(row, f"checkpoint_{name}") for name in _CHECKPOINT_COLUMNS)),
+        started_at=_utc(row.datetime_start),
+        finished_at=_utc(row.datetime_complete),
+    ) for row in rows]
 
 
 @lru_cache(maxsize=1024)
@@ -315,44 +324,61 @@ def _utc(moment: datetime | None) -> datetime | None:
     return None if moment is None else moment.replace(tzinfo=UTC)  # Optuna stores naive UTC
 
 
-def _state_counts(session, records: list[StudyRecord]) -> dict[str, dict[str, int]]:
-    names = [r.name for r in records]
-    counts: dict[str, dict[str, int]] = {name: dict.fromkeys(TRIAL_STATES, 0) for name in names}
-    for study, state, count in session.execute(
-            select(TrialRecord.study_name, TrialRecord.state, func.count())
-            .where(TrialRecord.study_name.in_(names), TrialRecord.stage == "tune")
-            .group_by(TrialRecord.study_name, TrialRecord.state)):
-        counts[study][state] = count
-    return counts
+@cache  # built once: statements are immutable, and building one costs more than running it
+def _summary_query() -> Select:
+    """A study's own columns, its tuning trials counted per state and its best complete tuning trial, as
+    correlated subqueries answered from the (study_name, stage, state, value) index."""
+    def tuning(*conditions):
+        return (TrialRecord.study_name == StudyRecord.name, TrialRecord.stage == "tune", *conditions)
+
+    counts = [select(func.count()).select_from(TrialRecord).where(*tuning(TrialRecord.state == state))
+              .scalar_subquery().label(f"count_{state}") for state in TRIAL_STATES]
+    best = (select(TrialRecord.trial_id).where(*tuning(TrialRecord.state == "COMPLETE"))
+            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1).scalar_subquery().label("best_trial_id"))
+    return select(StudyRecord.name, StudyRecord.status, StudyRecord.spec, StudyRecord.created_at,
+                  StudyRecord.started_at, StudyRecord.finished_at, StudyRecord.error, StudyRecord.best_possible_loss,
+                  *counts, best)
 
 
-def _best_trials(session, records: list[StudyRecord]) -> dict[str, TrialView]:
-    best = {}
-    for record in records:
-        row = session.execute(_trial_query().where(TrialRecord.study_name == record.name,
-                                                   TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE")
-                              .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1)).first()
-        if row is not None:
-            best[record.name] = _trial_views(session, [row])[0]
-    return best
+@cache
+def _study_query() -> Select:
+    return _summary_query().where(StudyRecord.name == bindparam("name"))
 
 
-def _study_view(record: StudyRecord, counts: dict[str, int], best: TrialView | None) -> StudyView:
-    spec = record.spec
+@cache
+def _trials_by_id() -> Select:
+    return _trial_query().where(TrialRecord.trial_id.in_(bindparam("ids", expanding=True)))
+
+
+@cache
+def _params_by_trial() -> Select:
+    return (select(_params.c.trial_id, _params.c.param_name, _params.c.param_value, _params.c.distribution_json)
+            .where(_params.c.trial_id.in_(bindparam("ids", expanding=True))).order_by(_params.c.param_id))
+
+
+def _best_views(connection, rows) -> dict[int, TrialView]:
+    ids = [row.best_trial_id for row in rows if row.best_trial_id is not None]
+    if not ids:
+        return {}
+    best = connection.execute(_trials_by_id(), {"ids": ids}).all()
+    return {view.trial_id: view for view in _trial_views(connection, best)}
+
+
+def _study_view(row, best: TrialView | None) -> StudyView:
+    spec = row.spec
     return StudyView(
-        name=record.name,
-        status=record.status,
+        name=row.name,
+        status=row.status,
         description=spec.get("description", ""),
         families=list(spec["families"]),
         parameter_budget=spec["parameter_budget"],
         trials_per_family=spec["tuning"]["trials"],
-        created_at=record.created_at,
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        error=record.error,
-        best_possible_loss=record.best_possible_loss,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        error=row.error,
+        best_possible_loss=row.best_possible_loss,
         spec=spec,
-        counts={**dict.fromkeys(TRIAL_STATES, 0), **counts},
+        counts={state: getattr(row, f"count_{state}") for state in TRIAL_STATES},
         best=best,
     )
-
