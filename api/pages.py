@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution
 
 from api.deps import Reader, SettingsDep, study_or_404
 from api.schemas import StudyOut, TrialOut
-from dashboards import plotly_js_path, render, static_path
+from dashboards import render, static_path
 from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
 from tuner.comparison import comparison
 from tuner.db import STUDY_STATUSES
@@ -126,20 +126,14 @@ def sensitivity_fragment(name: str, config: SettingsDep, parameter: Annotated[st
     return render("_sensitivity.html", parameter=parameter, **_sensitivity(config, name, parameter))
 
 
-@router.get("/static/plotly.min.js")
-def plotly_js() -> FileResponse:
-    path = plotly_js_path()
-    if not path.is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "plotly.js is missing from the plotly package")
-    return FileResponse(path, media_type="text/javascript")
-
-
-@router.get("/static/{filename}")
+@router.get("/static/{filename:path}")
 def static(filename: str) -> FileResponse:
     path = static_path(filename)
     if path is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {filename!r}")
-    return FileResponse(path, media_type="text/javascript" if path.suffix == ".js" else None)
+    # Vendored files carry their version in their name: browsers may keep them for good.
+    headers = {"Cache-Control": "public, max-age=31536000, immutable"} if filename.startswith("vendor/") else None
+    return FileResponse(path, media_type="text/javascript" if path.suffix == ".js" else None, headers=headers)
 
 
 def _study(found: StudyView) -> dict[str, Any]:

@@ -62,7 +62,8 @@ def one_load(browser, base_url: str) -> dict:
             e => [e.id, Number(e.dataset.readyMs)])),
         table_rows: document.querySelectorAll("#trials-table tbody tr").length,
         history_points: document.getElementById("history").data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0),
-        parallel_lines: document.getElementById("parallel").data[0].dimensions[0].values.length,
+        parallel_lines: new Set(document.getElementById("parallel").data.flatMap(
+            t => t.customdata.filter(point => point).map(point => point[0]))).size,
     })""")
     sizes = {}
     for response in transferred:

@@ -4,10 +4,10 @@ from dashboards.curves import averaging_switches, curves_figure
 from dashboards.figures import figure_json, non_dominated, pareto_figure
 from dashboards.history import history_figure
 from dashboards.importance import importance_figure
-from dashboards.pages import plotly_js_path, render, static_path
+from dashboards.pages import PLOTLY_JS, render, static_path
 from dashboards.parallel import Range, neighbourhood, parallel_figure
 from dashboards.sensitivity import sensitivity_figure
 
-__all__ = ["Range", "averaging_switches", "curves_figure", "figure_json", "history_figure", "importance_figure",
-           "neighbourhood", "non_dominated", "parallel_figure", "pareto_figure", "plotly_js_path", "render",
+__all__ = ["PLOTLY_JS", "Range", "averaging_switches", "curves_figure", "figure_json", "history_figure",
+           "importance_figure", "neighbourhood", "non_dominated", "parallel_figure", "pareto_figure", "render",
            "sensitivity_figure", "static_path"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import plotly
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 STATIC = Path(__file__).parent / "static"
@@ -16,9 +15,9 @@ _TEMPLATES = Environment(
 )
 
 
-def plotly_js_path() -> Path:
-    """plotly.js as shipped inside the plotly package, so pages work without internet access."""
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# plotly.js's basic bundle, vendored (static/vendor/README.md): served from here, so pages work offline.
+PLOTLY_JS = "vendor/plotly-basic-4.1.1.min.js"
+_TEMPLATES.globals["plotly_js_url"] = f"/static/{PLOTLY_JS}"
 
 
 def static_path(name: str) -> Path | None:

@@ -16,6 +16,7 @@ import optuna
 import pytest
 import yaml
 
+from dashboards import PLOTLY_JS
 from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
 from trainers import load_checkpoint
 from tuner.controller import launch_study
@@ -256,8 +257,10 @@ def test_dashboard_pages_render(service):
         assert f'href="/trials/{trial["trial_id"]}/checkpoint"' in page.text
         assert f"{trial['perplexity']:.3f}" in page.text
     assert "best possible perplexity" in page.text
-    script = client.get("/static/plotly.min.js")
-    assert script.status_code == 200 and "plotly" in script.text[:2000].lower()
+    script = client.get(f"/static/{PLOTLY_JS}")
+    assert script.status_code == 200 and script.text.startswith("/**\n* plotly.js (basic - minified) v")
+    assert "immutable" in script.headers["cache-control"] and f'data-plotly-src="/static/{PLOTLY_JS}"' in page.text
+    assert client.get("/static/vendor/..%2F..%2Fpages.py").status_code == 404  # nothing outside the folder
     assert "drawPlot" in client.get("/static/dashboard.js").text
     assert client.get("/static/missing.js").status_code == 404
     assert client.get("/dashboard/studies/absent").status_code == 404
@@ -291,9 +294,9 @@ def test_plot_endpoints_aggregate_what_the_study_page_draws(service):
     assert client.get("/studies/served/curves", params={"trial_id": [other]}).status_code == 404
     parallel = client.get("/studies/served/parallel", params={"family": "mogrifier"}).json()
     assert parallel["best_trial_id"] == parallel["neighbourhood"][0] == trials["mogrifier"]["trial_id"]
-    (trace,) = parallel["figure"]["data"]
-    assert [d["label"] for d in trace["dimensions"]] == ["learning_rate (log)", "mogrifier_rounds",
-                                                         "validation perplexity"]
+    assert parallel["figure"]["layout"]["xaxis"]["ticktext"] == ["learning_rate (log)", "mogrifier_rounds",
+                                                                 "validation perplexity"]
+    assert [trace["name"] for trace in parallel["figure"]["data"]] == ["best"]
     assert client.get("/studies/served/parallel", params={"family": "rlstm"}).status_code == 404
     ranked = client.get("/studies/served/importance", params={"evaluator": "ped_anova"}).json()
     assert ranked["importances"] == {"lstm": {}, "mogrifier": {}}  # one trial per family: nothing to rank
@@ -314,3 +317,18 @@ def test_openapi_documents_every_endpoint(service):
             "/studies/{name}/cancel", "/trials/{trial_id}", "/trials/{trial_id}/checkpoint", "/health"} <= set(paths)
     assert {"get", "delete"} <= set(paths["/studies/{name}"]) and "post" in paths["/studies"]
     assert client.get("/docs").status_code == 200
+
+
+def test_vendored_plotly_js_reads_the_figures_the_plotly_package_writes():
+    # plotly (Python) writes figure JSON for the plotly.js it ships; the dashboard draws it with a vendored
+    # partial bundle of plotly.js, which must be of the same major version.
+    import re
+
+    import plotly
+
+    def version(header: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.search(r"v(\d+)\.(\d+)\.(\d+)", header).groups())
+
+    shipped = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text()[:200]
+    vendored = (Path(__file__).parent.parent / "dashboards" / "static" / PLOTLY_JS).read_text()[:200]
+    assert version(vendored)[0] == version(shipped)[0], (shipped, vendored)

@@ -88,9 +88,7 @@ def open_page(page, path: str) -> None:
 def traces(page, plot: str) -> dict[str, dict]:
     """The traces plotly.js holds for a plot, by name (what is drawn, not what was sent)."""
     return page.evaluate(f"""() => Object.fromEntries(document.getElementById("{plot}").data.map(
-        (t, i) => [t.name || String(i), {{x: t.x, y: t.y, type: t.type, dimensions: t.dimensions &&
-            t.dimensions.map(d => ({{label: d.label, values: Array.from(d.values)}})),
-            color: t.line && t.line.color && Array.from(t.line.color)}}]))""")
+        (t, i) => [t.name || String(i), {{x: t.x, y: t.y, type: t.type, customdata: t.customdata}}]))""")
 
 
 def test_studies_page_shows_status_progress_best_and_filters(page, api):
@@ -124,9 +122,10 @@ def test_study_page_plots_hold_the_study(page, api):
     detail = api.get(f"/trials/{best_two[0]['trial_id']}").json()
     expected = [pytest.approx(2.718281828459045 ** turn["val_loss"]) for turn in detail["learning_curve"]]
     assert curves[f"{best_two[0]['family']} #{best_two[0]['number']} valid"]["y"] == expected
-    (parallel,) = traces(page, "parallel").values()
-    assert parallel["type"] == "parcoords" and parallel["dimensions"][-1]["label"] == "validation perplexity"
-    assert parallel["color"] == [1.0]  # one complete trial per family: it is the best
+    parallel = traces(page, "parallel")
+    assert page.evaluate("document.getElementById('parallel').layout.xaxis.ticktext")[-1] == "validation perplexity"
+    assert list(parallel) == ["best"] and parallel["best"]["type"] == "scatter"  # one complete trial per family
+    assert len({trial_id for trial_id, _ in parallel["best"]["customdata"]}) == 1
     ranked = api.get("/studies/shown/importance").json()["importances"]
     assert {name: trace["y"] for name, trace in traces(page, "importance").items()} == {
         family: sorted(values, key=values.get) for family, values in ranked.items()}

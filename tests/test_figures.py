@@ -96,16 +96,67 @@ def test_neighbourhood_is_within_fifteen_percent_of_every_range_on_its_scale():
     assert neighbourhood(trials, ranges, best_trial_id=1).tolist() == [True, True, False, False, False]
 
 
+def parallel_traces(*args, **kwargs) -> tuple[dict, dict]:
+    """The figure's traces by name, and its layout, as the API sends them."""
+    data = figure_json(parallel_figure(*args, **kwargs))
+    json.dumps(data)  # plain JSON: the separators between polylines are null, not NaN
+    return {trace["name"]: trace for trace in data["data"]}, data["layout"]
+
+
+def trial_ids(trace: dict) -> set[int]:
+    return {trial_id for trial_id, _ in trace["customdata"]}
+
+
 def test_parallel_figure_has_an_axis_per_hyperparameter_and_highlights_the_best():
     ranges = {"learning_rate": Range(0.001, 0.1, log=True), "dropout": Range(0.0, 1.0)}
     trials = pd.DataFrame({"trial_id": [1, 2, 3], "learning_rate": [0.01, 0.011, 0.09], "dropout": [0.5, 0.55, 0.1],
                            "score": [5.0, 6.0, 7.0]})
-    (trace,) = figure_json(parallel_figure(trials, ranges, 1, "validation perplexity", "lstm"))["data"]
-    labels = [d["label"] for d in trace["dimensions"]]
-    assert labels == ["learning_rate (log)", "dropout", "validation perplexity"]
-    assert trace["line"]["color"] == [0.0, 0.5, 1.0]  # other, neighbourhood, best (drawn last)
-    assert trace["dimensions"][2]["values"] == [7.0, 6.0, 5.0]
-    assert trace["dimensions"][0]["values"] == pytest.approx(np.log10([0.09, 0.011, 0.01]).tolist())
+    traces, layout = parallel_traces(trials, ranges, 1, "validation perplexity", "lstm")
+    assert layout["xaxis"]["ticktext"] == ["learning_rate (log)", "dropout", "validation perplexity"]
+    assert layout["xaxis"]["tickvals"] == [0, 1, 2] and layout["yaxis"]["showticklabels"] is False
+    assert [(shape["x0"], shape["y0"], shape["y1"]) for shape in layout["shapes"]] == [(0, 0, 1), (1, 0, 1), (2, 0, 1)]
+    assert list(traces) == ["other", "neighbourhood", "best"]  # highlighted lines drawn last, on top
+    assert [trial_ids(trace) for trace in traces.values()] == [{3}, {2}, {1}]
+    assert all(trace["type"] == "scatter" for trace in traces.values())
+    best = traces["best"]
+    assert best["x"] == [0, 1, 2]
+    assert best["y"] == pytest.approx([0.5, 0.5, 0.0])  # log-scaled rate, dropout, the lowest score
+    assert [value for _, value in best["customdata"]] == ["0.01", "0.5", "5"]  # hover: the raw values
+    assert traces["other"]["y"][2] == 1.0  # the highest score tops its axis
+    marks = {(mark["x"], mark["y"]): mark["text"] for mark in layout["annotations"]}
+    assert marks == {(0, 0.0): "0.001", (0, 1.0): "0.1", (1, 0.0): "0", (1, 1.0): "1", (2, 0.0): "5",
+                     (2, 1.0): "7"}
+
+
+def test_parallel_figure_places_choices_by_index_and_leaves_out_trials_beyond_max_lines():
+    ranges = {"cell": Range(choices=("lstm", "gru", "rnn")), "dropout": Range(0.0, 1.0)}
+    trials = pd.DataFrame({"trial_id": [1, 2, 3, 4, 5], "cell": ["lstm", "lstm", "rnn", "gru", "gru"],
+                           "dropout": [0.5, 0.55, 0.1, 0.9, 0.2], "score": [5.0, 9.0, 6.0, 7.0, 8.0]})
+    traces, layout = parallel_traces(trials, ranges, 1, "validation perplexity", "lstm", max_lines=2)
+    assert layout["xaxis"]["ticktext"] == ["cell", "dropout", "validation perplexity"]
+    assert trial_ids(traces["best"]) == {1} and trial_ids(traces["neighbourhood"]) == {2}  # kept: the worst
+    assert trial_ids(traces["other"]) == {3}  # trials 4 and 5 are beyond the best two
+    assert traces["other"]["y"][0] == 1.0 and traces["best"]["y"][0] == 0.0  # rnn is the last choice, lstm the first
+    assert traces["neighbourhood"]["y"][2] == 1.0  # scores scaled across the drawn trials: 5 to 9
+    assert "the best 3 of 5 trials drawn" in layout["title"]["text"]
+    choices = [(mark["y"], mark["text"]) for mark in layout["annotations"] if mark["x"] == 0]
+    assert choices == [(0.0, "lstm"), (0.5, "gru"), (1.0, "rnn")]
+
+
+def test_parallel_figure_joins_a_groups_polylines_with_gaps():
+    ranges = {"dropout": Range(0.0, 1.0)}
+    trials = pd.DataFrame({"trial_id": [1, 2, 3], "dropout": [0.5, 0.1, 0.9], "score": [5.0, 7.0, 6.0]})
+    traces, _ = parallel_traces(trials, ranges, 1, "validation perplexity", "lstm")
+    assert list(traces) == ["other", "best"]  # no neighbours: no neighbourhood trace
+    other = traces["other"]
+    assert other["x"] == [0, 1, None, 0, 1] and other["y"] == pytest.approx([0.1, 1.0, None, 0.9, 0.5])
+    assert [trial_id for trial_id, _ in other["customdata"]] == [2, 2, 2, 3, 3]
+
+
+def test_parallel_figure_without_complete_trials_is_empty():
+    empty = pd.DataFrame(columns=["trial_id", "dropout", "score"])
+    data = figure_json(parallel_figure(empty, {"dropout": Range(0.0, 1.0)}, None, "validation perplexity", "lstm"))
+    assert data["data"] == [] and "no complete trials yet" in data["layout"]["title"]["text"]
 
 
 def test_importance_figure_groups_families_most_important_on_top():

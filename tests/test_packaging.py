@@ -21,7 +21,8 @@ def test_wheel_carries_package_data(tmp_path):
                     "--wheel-dir", str(tmp_path), str(ROOT)], check=True)
     (wheel,) = tmp_path.glob("lm_tuner-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ("dashboards/templates/study.html", "tuner/migrations/env.py",
+    for required in ("dashboards/templates/study.html", "dashboards/static/dashboard.js",
+                     "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "tuner/migrations/env.py",
                      "tuner/migrations/script.py.mako", "tuner/migrations/versions/0001_project_tables.py"):
         assert required in names, required
     assert any(name.endswith("entry_points.txt") for name in names)
