@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from models import count_parameters
 from trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
-from tuner.controller import INTERRUPTED_REASON, StudyConflict, launch_study
+from tuner.controller import INTERRUPTED_REASON, StudyConflict, launch_study, ray_address
 from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
 from tuner.settings import Settings
 from tuner.spec import parse_spec
@@ -130,3 +130,12 @@ def test_budget_too_small_for_any_model_fails_the_study_before_trials(ray_cluste
     with sessions(sqlite_url)() as session:
         study = session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny"))
     assert study.status == "failed" and "too small" in study.error
+
+
+def test_without_an_address_trials_run_on_a_private_local_ray(monkeypatch, tmp_path):
+    # Ray's own default would attach to whichever cluster this machine started last.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_address(Settings("sqlite://", tmp_path)) == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "ray-head:6379")  # how docker-compose points workers at the head
+    assert ray_address(Settings("sqlite://", tmp_path)) == "ray-head:6379"
+    assert ray_address(Settings("sqlite://", tmp_path, ray_address="10.0.0.7:6379")) == "10.0.0.7:6379"

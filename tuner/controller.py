@@ -187,8 +187,14 @@ def _finish(url: str, name: str, status: str, error: str | None) -> None:
 def connect_ray(settings: Settings) -> None:
     if ray.is_initialized():
         return
-    ray.init(address=settings.ray_address, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=False)
+
+
+def ray_address(settings: Settings) -> str:
+    """--address, else Ray's own RAY_ADDRESS, else a private local Ray. (Ray's default would attach to
+    whichever cluster this machine started last, `ray start` or another program's, if one is up.)"""
+    return settings.ray_address or os.environ.get("RAY_ADDRESS") or "local"
 
 
 def controller_alive(controller: str) -> bool:
