@@ -110,8 +110,10 @@ def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
     slow = {**ONE_FAMILY, "name": "slow", "training": {**TINY_SPEC["training"], "steps_per_turn": 400},
             "tuning": {"sampler": "random", "trials": 2, "concurrency": 1}}
     path.write_text(yaml.safe_dump(slow, sort_keys=False))
+    # Started with SIGINT ignored, as a script's background job is: the launch must still stop on it.
     launch = subprocess.Popen([sys.executable, "-m", "tuner", "launch", "--space", str(path)], cwd=tmp_path,
-                              env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     database = tmp_path / "home" / "tuner.db"
     url = f"sqlite:///{database}"
 
@@ -141,7 +143,8 @@ def test_serve_with_its_worker_runs_a_submitted_study(tmp_path):
         port = probe.getsockname()[1]
     log = tmp_path / "serve.log"
     server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--port", str(port)], cwd=tmp_path,
-                              env=environment(tmp_path), stdout=log.open("w"), stderr=subprocess.STDOUT)
+                              env=environment(tmp_path), stdout=log.open("w"), stderr=subprocess.STDOUT,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # a background job
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             _wait_for(lambda: _answers(client), 60, "the server did not start")

@@ -94,6 +94,7 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
         f"checkpoints {settings.artifact_root}[/dim]"
     )
     printer = ProgressPrinter(settings.storage_url, spec.name, spec.tuning.trials * len(spec.families))
+    stop_gracefully_on_signals()
     try:
         final = launch_study(spec, document, settings, callbacks=[printer])
     except StudyConflict as error:
@@ -424,7 +425,7 @@ def worker(
     _quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = Settings.from_options(storage, artifacts, address)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as gracefully on TERM as on Ctrl-C
+    stop_gracefully_on_signals()
     try:
         run_worker(settings, poll_seconds=poll_seconds, once=once)
     except KeyboardInterrupt:
@@ -480,8 +481,16 @@ def _settings_for_reading(storage: str | None) -> Settings:
     return settings
 
 
+def stop_gracefully_on_signals() -> None:
+    """SIGINT and SIGTERM (until Ray takes SIGTERM over) raise KeyboardInterrupt, which puts running work
+    back in order. Set explicitly: a command started in the background of a script inherits SIGINT ignored."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.default_int_handler)
+
+
 def _stop(process: subprocess.Popen, grace_seconds: float = 60) -> None:
-    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it."""
+    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it.
+    (SIGINT, not SIGTERM: once Ray runs in a process, Ray's own SIGTERM handler takes over.)"""
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=grace_seconds)
