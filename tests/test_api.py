@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import optuna
+import plotly
 import pytest
 import yaml
 
@@ -322,10 +324,6 @@ def test_openapi_documents_every_endpoint(service):
 def test_vendored_plotly_js_reads_the_figures_the_plotly_package_writes():
     # plotly (Python) writes figure JSON for the plotly.js it ships; the dashboard draws it with a vendored
     # partial bundle of plotly.js, which must be of the same major version.
-    import re
-
-    import plotly
-
     def version(header: str) -> tuple[int, ...]:
         return tuple(int(part) for part in re.search(r"v(\d+)\.(\d+)\.(\d+)", header).groups())
 

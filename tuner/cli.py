@@ -94,7 +94,7 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
         f"checkpoints {settings.artifact_root}[/dim]"
     )
     printer = ProgressPrinter(settings.storage_url, spec.name, spec.tuning.trials * len(spec.families))
-    stop_gracefully_on_signals()
+    _stop_gracefully_on_signals()
     try:
         final = launch_study(spec, document, settings, callbacks=[printer])
     except StudyConflict as error:
@@ -425,7 +425,7 @@ def worker(
     _quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = Settings.from_options(storage, artifacts, address)
-    stop_gracefully_on_signals()
+    _stop_gracefully_on_signals()
     try:
         run_worker(settings, poll_seconds=poll_seconds, once=once)
     except KeyboardInterrupt:
@@ -481,7 +481,7 @@ def _settings_for_reading(storage: str | None) -> Settings:
     return settings
 
 
-def stop_gracefully_on_signals() -> None:
+def _stop_gracefully_on_signals() -> None:
     """SIGINT and SIGTERM (until Ray takes SIGTERM over) raise KeyboardInterrupt, which puts running work
     back in order. Set explicitly: a command started in the background of a script inherits SIGINT ignored."""
     for number in (signal.SIGINT, signal.SIGTERM):

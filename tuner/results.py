@@ -24,7 +24,7 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
 )
 from sqlalchemy import Select, bindparam, func, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, reading, sessions
+from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, reading, sessions
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
 TRIAL_SORTS = ("number", "value", "family", "state", "started")
@@ -195,7 +195,7 @@ def study_trials(
     }[sort]
     if descending:
         order = [column.desc() for column in order]
-    with engine_for(url).connect() as connection:
+    with reading(url) as connection:
         total = connection.scalar(select(func.count()).select_from(TrialRecord).where(*filters))
         rows = connection.execute(_trial_query().where(*filters).order_by(*order, TrialRecord.trial_id)
                                   .limit(limit).offset(offset)).all()
@@ -211,7 +211,7 @@ def get_trial(url: str, trial_id: int) -> TrialView | None:
 
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
     """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded)."""
-    with engine_for(url).connect() as connection:  # Core rows: no ORM bookkeeping for thousands of trials
+    with reading(url) as connection:  # Core rows: no ORM bookkeeping for thousands of trials
         spec = connection.scalar(select(StudyRecord.spec).where(StudyRecord.name == name)) or {}
         rows = connection.execute(
             select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, TrialRecord.value,
@@ -282,8 +282,7 @@ _CHECKPOINT_COLUMNS = ("path", "size_bytes", "sha256", "val_loss", "turn")
 
 @cache  # built once, like _summary_query
 def _trial_query() -> Select:
-    """Everything a TrialView needs but its hyperparameters, as plain columns (rows read the same from a
-    Session or a Connection)."""
+    """Everything a TrialView needs but its hyperparameters, as plain columns."""
     last = (select(_user_attributes.c.trial_id, _user_attributes.c.value_json.label("last_value"))
             .where(_user_attributes.c.key == "last_value").subquery())
     return (
@@ -327,7 +326,7 @@ def _utc(moment: datetime | None) -> datetime | None:
 @cache  # built once: statements are immutable, and building one costs more than running it
 def _summary_query() -> Select:
     """A study's own columns, its tuning trials counted per state and its best complete tuning trial, as
-    correlated subqueries answered from the (study_name, stage, state, value) index."""
+    correlated subqueries: one statement for a whole page of studies."""
     def tuning(*conditions):
         return (TrialRecord.study_name == StudyRecord.name, TrialRecord.stage == "tune", *conditions)
 
