@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from models.tape import Linear, Tape
+from models.triton_support import triton_serves
 
 Cache = tuple[Tensor | None, ...]
 """What a step keeps for its backward pass."""
@@ -49,8 +50,17 @@ def _route_capped_gradient(i: Tensor, i_used: Tensor, d_i: Tensor, d_f: Tensor) 
     d_f.sub_(moved)
 
 
-def lstm_update(gates: Tensor, c_prev: Tensor, cap_input_gate: bool) -> tuple[Tensor, Tensor, Cache]:
-    """h, c from pre-activations ordered (i, f, o, j); with the cap the input gate is min(i, 1 - f)."""
+def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: bool
+                ) -> tuple[Tensor, Tensor, Cache]:
+    """h, c from pre-activations x_term + h_term ordered (i, f, o, j); with the cap the input gate is min(i, 1 - f).
+
+    Outside autograd, float32 GPU tensors take one Triton kernel (models/lstm_kernels.py) instead.
+    """
+    if triton_serves(x_term, h_term, c_prev) and not _under_autograd(x_term, h_term, c_prev):
+        from models import lstm_kernels
+
+        return lstm_kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
+    gates = x_term + h_term
     hidden = c_prev.shape[1]
     sigmoids = torch.sigmoid(gates[:, : 3 * hidden])
     i, f, o = sigmoids.chunk(3, dim=1)
@@ -61,8 +71,16 @@ def lstm_update(gates: Tensor, c_prev: Tensor, cap_input_gate: bool) -> tuple[Te
     return o * tanh_c, c, (sigmoids, j, i_used, c_prev, tanh_c)
 
 
+def _under_autograd(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def lstm_update_backward(cache: Cache, dh: Tensor, dc: Tensor, cap_input_gate: bool) -> tuple[Tensor, Tensor]:
     """Gradients of the gate pre-activations and of c_prev, given those of h and c."""
+    if triton_serves(dh, dc):
+        from models import lstm_kernels
+
+        return lstm_kernels.lstm_update_backward(cache, dh, dc, cap_input_gate)
     sigmoids, j, i_used, c_prev, tanh_c = cache
     i, f, o = sigmoids.chunk(3, dim=1)
     dc = torch.addcmul(dc, dh * o, 1.0 - tanh_c * tanh_c)
@@ -95,7 +113,7 @@ class LSTMCell(nn.Module):
 
     def step(self, linear: Linear, x_part: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
              ) -> tuple[Tensor, Tensor, Cache]:
-        return lstm_update(x_part + linear(self.recurrent, h), c, self.cap_input_gate)
+        return lstm_update(x_part, linear(self.recurrent, h), c, self.cap_input_gate)
 
     def step_backward(self, tape: Tape, cache: Cache, dh: Tensor, dc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Gradients of (x_part, h, c) of the step, given those of its (h, c)."""
@@ -192,8 +210,8 @@ class MLSTMCell(nn.Module):
              ) -> tuple[Tensor, Tensor, Cache]:
         hidden = self.hidden_size
         factor_x, factor_h = x_part[:, 4 * hidden :], linear(self.hidden_factor, h)
-        gates = x_part[:, : 4 * hidden] + linear(self.recurrent, factor_x * factor_h)
-        h, c, update_cache = lstm_update(gates, c, self.cap_input_gate)
+        h, c, update_cache = lstm_update(x_part[:, : 4 * hidden], linear(self.recurrent, factor_x * factor_h), c,
+                                         self.cap_input_gate)
         return h, c, (factor_x, factor_h, *update_cache)
 
     def step_backward(self, tape: Tape, cache: Cache, dh: Tensor, dc: Tensor) -> tuple[Tensor, Tensor, Tensor]:

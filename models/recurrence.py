@@ -4,8 +4,10 @@ The loop over time is the same for both paths (`RecurrentLayer.run`); they diffe
 are applied and differentiated. The reference path is plain autograd. The fast path, used by
 default, is one autograd node per layer and window: the forward loop runs without building a graph,
 and the backward loop applies each cell's hand-derived gradient, then computes every weight
-gradient as a single matrix multiply over the window (see models/tape.py). It needs no compilation,
-so it has no warm-up to pay or cache.
+gradient as a single matrix multiply over the window (see models/tape.py). On a GPU its element-wise
+work runs as Triton kernels: all rounds of a mogrifier step in one launch each way
+(models/mogrifier_window.py) and the LSTM update in one (models/lstm_kernels.py). On a CPU it needs
+no compilation at all; on a GPU Triton compiles those kernels on first use and caches them on disk.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from models.cells import CELLS, Cache, Mogrifier
 from models.config import ModelConfig
+from models.mogrifier_window import MogrifierWindow, mogrifier_window
 from models.tape import Linear, Tape, autograd_linear
 
 State = tuple[Tensor, Tensor]
@@ -67,39 +70,38 @@ class RecurrentLayer(nn.Module):
         return [t for m in self.modules() if isinstance(m, nn.Linear) for t in (m.weight, m.bias) if t is not None]
 
     def run(self, linear: Linear, inputs: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
-            ) -> tuple[Tensor, State, list[tuple[Cache | None, Cache]]]:
-        x_part = linear(self.cell.input, inputs) if self.mogrifier is None else None  # stateless: whole window
+            ) -> tuple[Tensor, State, tuple[MogrifierWindow | None, list[Cache]]]:
+        mogrify = None if self.mogrifier is None else mogrifier_window(self.mogrifier, linear, inputs, state_mask)
+        x_part = linear(self.cell.input, inputs) if mogrify is None else None  # stateless: whole window
         outputs, caches = [], []
         for t in range(inputs.shape[0]):
-            h_seen = h if state_mask is None else h * state_mask
-            mogrifier_cache = None
-            if self.mogrifier is None:
-                x_part_t = x_part[t]
+            if mogrify is None:
+                x_part_t, h_seen = x_part[t], h if state_mask is None else h * state_mask
             else:
-                x, h_seen, mogrifier_cache = self.mogrifier(linear, inputs[t], h_seen)
+                x, h_seen = mogrify.forward(t, h)
                 x_part_t = linear(self.cell.input, x)
             h, c, cell_cache = self.cell.step(linear, x_part_t, h_seen, c, state_mask)
             outputs.append(h)
-            caches.append((mogrifier_cache, cell_cache))
-        return torch.stack(outputs), (h, c), caches
+            caches.append(cell_cache)
+        return torch.stack(outputs), (h, c), (mogrify, caches)
 
-    def run_backward(self, tape: Tape, caches: list[tuple[Cache | None, Cache]], d_outputs: Tensor, dh: Tensor,
-                     dc: Tensor, state_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def run_backward(self, tape: Tape, caches: tuple[MogrifierWindow | None, list[Cache]], d_outputs: Tensor,
+                     dh: Tensor, dc: Tensor, state_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Gradients of (inputs, h0, c0) given those of the outputs and of the last state."""
+        mogrify, cell_caches = caches
         d_x_parts, d_inputs = [], []
-        for t in reversed(range(len(caches))):
-            mogrifier_cache, cell_cache = caches[t]
-            d_x_part, dh, dc = self.cell.step_backward(tape, cell_cache, dh + d_outputs[t], dc)
-            if self.mogrifier is None:
+        for t in reversed(range(len(cell_caches))):
+            d_x_part, dh, dc = self.cell.step_backward(tape, cell_caches[t], dh + d_outputs[t], dc)
+            if mogrify is None:
                 d_x_parts.append(d_x_part)
             else:
-                dx = tape.backward(self.cell.input, d_x_part)
-                dx, dh = self.mogrifier.backward(tape, mogrifier_cache, dx, dh)
+                dx, dh = mogrify.backward(tape, t, tape.backward(self.cell.input, d_x_part), dh)
                 d_inputs.append(dx)
             if state_mask is not None:
                 dh = dh * state_mask
-        if self.mogrifier is None:
+        if mogrify is None:
             return tape.backward(self.cell.input, tape.stack(d_x_parts[::-1])), dh, dc
+        mogrify.finish_backward(tape)
         return torch.stack(d_inputs[::-1]), dh, dc
 
 

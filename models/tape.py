@@ -67,6 +67,16 @@ class Tape:
             self._inputs.setdefault(module, []).append(inputs)
         return fast_linear(inputs, *weights)
 
+    def add_inputs(self, module: nn.Linear, inputs: Tensor) -> None:
+        """Record what `module` saw over the whole window (time, batch, features), applied elsewhere."""
+        self._weights.setdefault(module, (module.weight, module.bias))
+        if self.record:
+            self._inputs.setdefault(module, []).append(inputs)
+
+    def add_grads(self, module: nn.Linear, grad_outputs: Tensor) -> None:
+        """Record the gradient of `module`'s outputs over the whole window, computed elsewhere."""
+        self._grads.setdefault(module, []).append(grad_outputs)
+
     def for_backward(self) -> Tape:
         """A tape with this one's forward records and none of its gradients (a graph may be run twice)."""
         tape = Tape()

@@ -1,0 +1,144 @@
+"""The mogrifier over one window, step by step: the reference math, or one Triton kernel per step on a GPU.
+
+A recurrent layer asks `mogrifier_window` for the object that mogrifies each step's (x, h) and later
+takes each step's gradients back; both kinds apply the state-dropout mask to h first. The fused kind
+(models/mogrifier_kernels.py) serves float32 windows on CUDA with low-rank factors when Triton is
+installed (it comes with PyTorch's CUDA builds); everything else, and every autograd (reference)
+run, takes the per-step reference math of `Mogrifier`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from models.cells import Cache, Mogrifier
+from models.tape import Linear, Tape
+from models.triton_support import matmul_precision, triton_serves
+
+ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs
+LAUNCH = dict(CHUNK=128, num_warps=4, num_stages=1)  # the fastest timed on an H100 (benchmarks/mogrifier_kernels.py)
+
+
+class MogrifierWindow(Protocol):
+    def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
+        """The mogrified (x, h) of `step`, given its unmasked h."""
+        ...
+
+    def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
+        """Gradients of the step's x and masked h, given those of its mogrified (x, h); steps in reverse.
+
+        May overwrite `dx` and `dh`: callers pass gradients no one else holds."""
+        ...
+
+    def finish_backward(self, tape: Tape) -> None:
+        """Hand the tape what the weight gradients need, once every step has gone backward."""
+        ...
+
+
+def mogrifier_window(mogrifier: Mogrifier, linear: Linear, inputs: Tensor, state_mask: Tensor | None
+                     ) -> MogrifierWindow:
+    if fused_kernel_serves(mogrifier, linear, inputs):
+        return FusedWindow(mogrifier, linear, inputs, state_mask)
+    return ReferenceWindow(mogrifier, linear, inputs, state_mask)
+
+
+def fused_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
+    low_rank = len(mogrifier.projections[0].maps) == 2
+    return triton_serves(inputs) and isinstance(linear, Tape) and low_rank
+
+
+class ReferenceWindow:
+    """Mogrifier.forward and .backward, one step at a time."""
+
+    def __init__(self, mogrifier: Mogrifier, linear: Linear, inputs: Tensor, state_mask: Tensor | None) -> None:
+        self.mogrifier, self.linear, self.inputs, self.state_mask = mogrifier, linear, inputs, state_mask
+        self.caches: list[Cache] = []
+
+    def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
+        h_seen = h if self.state_mask is None else h * self.state_mask
+        x, h, cache = self.mogrifier(self.linear, self.inputs[step], h_seen)
+        self.caches.append(cache)
+        return x, h
+
+    def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mogrifier.backward(tape, self.caches[step], dx, dh)
+
+    def finish_backward(self, tape: Tape) -> None:
+        pass
+
+
+class FusedWindow:
+    """All rounds of a step in one kernel launch, forward and backward (see models/mogrifier_kernels.py)."""
+
+    def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None,
+                 launch: dict | None = None) -> None:
+        from models import mogrifier_kernels
+
+        self.kernels = mogrifier_kernels
+        self.launch = LAUNCH if launch is None else launch
+        self.state_mask = state_mask
+        self.lefts = [projection.maps[0] for projection in mogrifier.projections]
+        self.rights = [projection.maps[1] for projection in mogrifier.projections]
+        self.rounds = len(self.lefts)
+        self.window, self.batch, self.input_size = inputs.shape
+        self.hidden_size, self.rank = self.lefts[0].in_features, self.lefts[0].out_features
+        self.dims = [self.input_size if j % 2 == 0 else self.hidden_size for j in range(self.rounds + 2)]
+        self.values = self._blocks(inputs.new_empty(self.window * self.batch * sum(self.dims)), self.dims)
+        self.values[0].copy_(inputs)
+        self.gates = self._blocks(inputs.new_empty(self.window * self.batch * sum(self.dims[:-2])), self.dims[:-2])
+        self.d_pre: list[Tensor] = []
+        self.z = inputs.new_empty(self.rounds, self.window, self.batch, self.rank)
+        with torch.no_grad():
+            self.left_t = torch.cat([m.weight.t().reshape(-1) for m in self.lefts])
+            self.right_t = torch.cat([m.weight.t().reshape(-1) for m in self.rights])
+            self.bias = torch.cat([m.bias for m in self.rights])
+        for r in range(self.rounds):
+            tape.add_inputs(self.lefts[r], self.values[r + 1])
+            tape.add_inputs(self.rights[r], self.z[r])
+        last = self.rounds + 1  # the final x and h are in the last even and the last odd block
+        self.last_x, self.last_h = last - last % 2, last - (last + 1) % 2
+
+    def _blocks(self, flat: Tensor, dims: list[int]) -> list[Tensor]:
+        blocks, start = [], 0
+        for dim in dims:
+            size = self.window * self.batch * dim
+            blocks.append(flat[start : start + size].view(self.window, self.batch, dim))
+            start += size
+        return blocks
+
+    def _launch_shape(self) -> dict:
+        return dict(E=self.input_size, H=self.hidden_size, K=self.rank, ROUNDS=self.rounds,
+                    BLOCK_B=ROWS_PER_PROGRAM, BLOCK_K=max(16, 1 << (self.rank - 1).bit_length()),
+                    PRECISION=matmul_precision(), **self.launch)
+
+    def _grid(self) -> tuple[int]:
+        return (-(-self.batch // ROWS_PER_PROGRAM),)
+
+    def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
+        h, mask = h.contiguous(), self.state_mask
+        self.kernels.mogrify_forward[self._grid()](
+            self.values[0], self.gates[0], self.z, h, h if mask is None else mask.contiguous(),  # h: a placeholder
+            self.left_t, self.right_t, self.bias, step, self.batch, self.window,
+            HAS_MASK=mask is not None, **self._launch_shape())
+        return self.values[self.last_x][step], self.values[self.last_h][step]
+
+    def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
+        if step == self.window - 1:  # the first step backward
+            with torch.no_grad():
+                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
+                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
+            self.d_pre = self._blocks(self.z.new_empty(self.window * self.batch * sum(self.dims[:-2])), self.dims[:-2])
+            self.d_z = torch.empty_like(self.z)
+        dx, dh = dx.contiguous(), dh.contiguous()
+        self.kernels.mogrify_backward[self._grid()](
+            dx, dh, self.values[0], self.gates[0], self.d_pre[0], self.d_z, self.left, self.right, step,
+            self.batch, self.window, **self._launch_shape())
+        return dx, dh
+
+    def finish_backward(self, tape: Tape) -> None:
+        for r in range(self.rounds):
+            tape.add_grads(self.rights[r], self.d_pre[r])
+            tape.add_grads(self.lefts[r], self.d_z[r])
