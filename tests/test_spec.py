@@ -115,3 +115,20 @@ def test_bad_name_is_refused(tiny_spec):
 def test_missing_file_is_a_spec_error(tmp_path):
     with pytest.raises(SpecError, match="cannot read the spec file"):
         load_spec(tmp_path / "absent.yaml")
+
+
+def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec):
+    import torch
+
+    from tuner.trial import configure_torch
+
+    issues, _ = issues_of(tiny_spec(resources={"float32_matmul_precision": "medium"}))
+    assert "'highest' or 'high'" in issues["resources.float32_matmul_precision"].message
+    spec = parse_spec(tiny_spec(resources={"float32_matmul_precision": "high", "cpus_per_trial": 2}))
+    previous = torch.get_float32_matmul_precision(), torch.get_num_threads()
+    try:
+        configure_torch(spec, spec.resources.cpus_per_trial)
+        assert (torch.get_float32_matmul_precision(), torch.get_num_threads()) == ("high", 2)
+    finally:
+        torch.set_float32_matmul_precision(previous[0])
+        torch.set_num_threads(previous[1])

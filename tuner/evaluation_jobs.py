@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import torch
 from ray import tune
 from torch import Tensor
 
@@ -27,12 +26,13 @@ from trainers import (
 )
 from tuner.reporting import FAILED, OBJECTIVE, TURN
 from tuner.spec import StudySpec
+from tuner.trial import configure_torch
 
 
 def run_test_protocol(spec_data: dict[str, Any], checkpoint: str, threads: int) -> dict[str, Any]:
     """Deterministic (and, if asked, Monte-Carlo) validation and test losses of a checkpoint."""
     spec = StudySpec.model_validate(spec_data)
-    torch.set_num_threads(max(1, threads))
+    configure_torch(spec, threads)
     settings = spec.evaluation
     result = evaluate_checkpoint(checkpoint, load_corpus(spec.dataset), bptt=settings.bptt,
                                  search_temperature=settings.temperature, mc_samples=settings.mc_samples,
@@ -44,7 +44,7 @@ def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[st
                      threads: int) -> dict[str, float]:
     """Dynamic evaluation of both splits with the chosen settings (and MC, if the spec asks for it)."""
     spec = StudySpec.model_validate(spec_data)
-    torch.set_num_threads(max(1, threads))
+    configure_torch(spec, threads)
     corpus = load_corpus(spec.dataset)
     model, rms = _adaptable(spec, checkpoint)
     config = DynamicEvaluationConfig(**params)
@@ -61,7 +61,7 @@ def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[st
 def run_dynamic_evaluation_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point of a stage-2 trial: validation loss under dynamic evaluation."""
     spec = StudySpec.model_validate(job["spec"])
-    torch.set_num_threads(max(1, int(spec.resources.cpus_per_trial)))
+    configure_torch(spec, spec.resources.cpus_per_trial)
     model, rms = _adaptable(spec, job["checkpoint"])
     corpus = load_corpus(spec.dataset)
     try:

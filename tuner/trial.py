@@ -24,6 +24,12 @@ def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "
     return f"{folder}/trial-{number:05d}/{kind}.pt"
 
 
+def configure_torch(spec: StudySpec, threads: float) -> None:
+    """This process's torch threads and float32 matrix-multiply precision, for a job of `spec`."""
+    torch.set_num_threads(max(1, int(threads)))
+    torch.set_float32_matmul_precision(spec.resources.float32_matmul_precision)
+
+
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point.
 
@@ -33,7 +39,7 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """
     spec = StudySpec.model_validate(job["spec"])
     family, number = config["family"], config["number"]
-    torch.set_num_threads(max(1, int(spec.resources.cpus_per_trial)))
+    configure_torch(spec, spec.resources.cpus_per_trial)
     corpus = load_corpus(spec.dataset)
     try:
         setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
