@@ -22,6 +22,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -115,8 +116,9 @@ def synchronize(device: torch.device) -> None:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 WARMUP_NOTE = {
     "cpu": "none: the fast path runs eager kernels, so there is nothing to compile or cache",
-    "cuda": "the first training step of each layer and window shape captures a CUDA graph (models.cuda_graphs); "
-            "nothing is compiled",
+    "cuda": "the first training step compiles the fused mogrifier kernels with Triton (models.mogrifier_kernels; "
+            "cached on disk, so a second process loads them) and captures a CUDA graph per layer and window "
+            "shape (models.cuda_graphs)",
 }
 
 
@@ -155,12 +157,17 @@ def summarise(seconds: dict[str, list[float]], flops: dict[str, int], reference:
     return rows
 
 
-def measure_warmup(family: str, device: str, threads: int) -> dict[str, float]:
-    """First training steps of a model in a fresh process (cold) and of a second model in it (warm)."""
+def measure_warmup(family: str, device: str, threads: int, precision: str) -> dict[str, float]:
+    """First training steps of a model in fresh processes sharing a new Triton cache.
+
+    In the first process (cold) and a second model in it (warm), then in a second process (a later
+    trial on the same machine, which finds the compiled kernels on disk).
+    """
     code = (
         "import json, sys, time, torch\n"
         "sys.path.insert(0, '.')\n"
         f"torch.set_num_threads({threads})\n"
+        f"torch.set_float32_matmul_precision('{precision}')\n"
         "from benchmarks.cell_throughput import OurLanguageModel, training_step, synchronize, VOCAB, BPTT, BATCH\n"
         f"device = torch.device('{device}')\n"
         "tokens = torch.randint(VOCAB, (BPTT, BATCH), device=device)\n"
@@ -176,22 +183,29 @@ def measure_warmup(family: str, device: str, threads: int) -> dict[str, float]:
         "    result[run + '_later_step_seconds'] = min(times[1:])\n"
         "print(json.dumps(result))\n"
     )
-    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
-    result = json.loads(output.stdout.strip().splitlines()[-1])
-    result["cold_warmup_seconds"] = result["cold_first_step_seconds"] - result["cold_later_step_seconds"]
-    result["warm_warmup_seconds"] = result["warm_first_step_seconds"] - result["warm_later_step_seconds"]
+    result = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for process in ("first_process", "second_process"):
+            output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                    cwd=Path(__file__).resolve().parent.parent,
+                                    env=os.environ | {"TRITON_CACHE_DIR": cache})
+            runs = json.loads(output.stdout.strip().splitlines()[-1])
+            for run in ("cold", "warm"):
+                runs[run + "_warmup_seconds"] = runs[run + "_first_step_seconds"] - runs[run + "_later_step_seconds"]
+            result[process] = runs
     return result
 
 
 def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
+    cpu: dict[str, str] = {}
+    if Path("/proc/cpuinfo").exists():  # the first processor's fields; "model name" alone can be just "AMD EPYC"
+        for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            cpu[key] = value
     machine: dict[str, object] = {
-        "cpu": cpu,
+        "cpu": cpu.get("model name") or platform.processor() or platform.machine(),
+        "cpu_family_model_stepping": "/".join(cpu.get(key, "?") for key in ("cpu family", "model", "stepping")),
+        "avx512": "avx512f" in cpu.get("flags", "").split(),
         "logical_cpus": os.cpu_count(),
         "torch_threads": threads,
         "torch": torch.__version__,
@@ -213,10 +227,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="timed steps per model, taken in turns")
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
                         help="cpu: this process's CPU time, immune to other processes' load; use with --threads 1")
+    parser.add_argument("--float32-matmul-precision", choices=("highest", "high"), default="high",
+                        help="torch.set_float32_matmul_precision for every model: 'high' lets float32 matrix "
+                             "multiplies use TF32 on GPUs, as cuDNN's LSTM does by default "
+                             "(torch.backends.cudnn.allow_tf32); CPUs ignore it")
     parser.add_argument("--output", type=Path, help="write the JSON result here (also printed)")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.float32_matmul_precision)
     torch.manual_seed(0)
     load_before = os.getloadavg()
 
@@ -248,7 +267,8 @@ def main() -> None:
         "setup": {
             "vocab_size": VOCAB, "embedding_size": HIDDEN, "hidden_size": HIDDEN, "layers": LAYERS, "batch": BATCH,
             "bptt": BPTT, "mogrifier_rounds": ROUNDS, "mogrifier_rank": RANK, "rounds": args.rounds,
-            "clock": args.clock,
+            "clock": args.clock, "float32_matmul_precision": args.float32_matmul_precision,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "step": "forward + cross-entropy + backward of the whole language model (no optimizer update)",
             "flops": "matrix multiplies only: 2 per weight applied per token, x3 for forward + backward",
             "efficiency_vs_reference": "achieved FLOP/s / torch.nn.LSTM's, per round, median over rounds",
@@ -257,7 +277,7 @@ def main() -> None:
         "mogrifier_efficiency_ratio": language_models["mogrifier"]["efficiency_vs_reference"],
         "language_models": language_models,
         "recurrent_layers_only": recurrent,
-        "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads)
+        "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads, args.float32_matmul_precision)
         | {"compilation": WARMUP_NOTE[device.type]},
     }
     text = json.dumps(result, indent=2)
