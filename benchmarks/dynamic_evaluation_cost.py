@@ -7,7 +7,9 @@ validation split (`--tokens`). Timed, `--repeats` times each, alternating so mac
   protocol reads a split);
 - dynamic: `trainers.dynamic_cross_entropy` exactly as the project runs it (score each segment, then
   one update), with the gradient-RMS statistics (`trainers.gradient_rms`) computed once beforehand
-  and timed separately.
+  and timed separately;
+- gradients only: the same segments' forward and backward passes without the update, a floor under
+  any implementation of the update (exact dynamic evaluation needs every segment's full gradient).
 The ratio reported is the median dynamic time over the median static time (same segments). Speed
 does not depend on the weights, so an untrained model measures the same cost as a trained one.
 
@@ -28,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from models import LanguageModel, ModelConfig, count_parameters, solve_hidden_size
+from benchmarks.cell_throughput import describe_machine
+from models import LanguageModel, ModelConfig, count_parameters, detach_state, solve_hidden_size
 from trainers import (
     Corpus,
     DynamicEvaluationConfig,
@@ -40,6 +44,9 @@ from trainers import (
     load_checkpoint,
     load_corpus,
 )
+from trainers.batching import batchify, windows
+from trainers.evaluation import evaluation_mode
+from trainers.objective import token_nll
 
 TEST_PROTOCOL_BPTT = 100
 STATISTICS_BATCH, STATISTICS_BPTT, STATISTICS_WINDOWS = 64, 35, 20
@@ -60,6 +67,19 @@ def build_model(corpus: Corpus, checkpoint: Path | None, parameter_budget: int) 
     return LanguageModel(config).eval()
 
 
+def gradients_only(model: LanguageModel, text: Tensor, segment: int) -> float:
+    """Every segment's loss and full gradient, as dynamic evaluation computes them, without updates."""
+    params, total, count = list(model.parameters()), 0.0, 0
+    state = model.initial_state(1)
+    with evaluation_mode(model):
+        for inputs, targets in windows(batchify(text, 1), segment):
+            logits, state = model(inputs, detach_state(state))
+            nll = token_nll(logits, targets)
+            torch.autograd.grad(nll.mean(), params)
+            total, count = total + nll.sum().item(), count + nll.numel()
+    return total / count
+
+
 def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
             config: DynamicEvaluationConfig) -> dict[str, Any]:
     text = corpus.valid[:tokens]
@@ -69,6 +89,7 @@ def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
         "static_same_segments": lambda: cross_entropy(model, text, 1, config.max_time_steps),
         "static_test_protocol_windows": lambda: cross_entropy(model, text, 1, TEST_PROTOCOL_BPTT),
         "dynamic": lambda: dynamic_cross_entropy(model, text, rms, config),
+        "gradients_only": lambda: gradients_only(model, text, config.max_time_steps),
     }
     seconds: dict[str, list[float]] = {name: [] for name in passes}
     losses: dict[str, float] = {}
@@ -86,6 +107,7 @@ def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
         "loss_nats": losses,
         "ratio_dynamic_to_static": median["dynamic"] / median["static_same_segments"],
         "ratio_dynamic_to_static_test_protocol_windows": median["dynamic"] / median["static_test_protocol_windows"],
+        "ratio_gradients_only_to_static": median["gradients_only"] / median["static_same_segments"],
     }
 
 
@@ -115,9 +137,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     output = {
         "benchmark": "dynamic_evaluation_cost",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                    "logical_cpus": os.cpu_count(), "load_average_before": load_before,
-                    "load_average_after": os.getloadavg()},
+        "machine": describe_machine(torch.device("cpu"), torch.get_num_threads())
+        | {"load_average_before": load_before, "load_average_after": os.getloadavg()},
         "model": dict(model.config.to_dict(), parameters=count_parameters(model.config)),
         "dynamic_evaluation": config.model_dump(),
         **result,

@@ -70,6 +70,9 @@ def test_dynamic_evaluation_cost_reports_the_ratio(tiny_ptb: Path) -> None:
     assert result["ratio_dynamic_to_static"] > 0
     assert len(result["seconds"]["dynamic"]) == 2
     assert result["gradient_rms_seconds"] > 0
+    losses = result["loss_nats"]  # the floor pass scores the same segments with the same, unadapted, weights
+    assert losses["gradients_only"] == pytest.approx(losses["static_same_segments"], rel=1e-6)
+    assert result["ratio_gradients_only_to_static"] > 0
 
 
 def test_ptb_short_overrides_reach_our_models(tiny_ptb: Path) -> None:
