@@ -16,6 +16,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from models.triton_support import on_device_of
+
 BLOCK_ROWS, BLOCK_COLUMNS = 4, 256
 
 
@@ -98,9 +100,10 @@ def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: 
     batch, hidden = c_prev.shape
     h, c, j, i_used, tanh_c = (torch.empty_like(c_prev) for _ in range(5))
     sigmoids = c_prev.new_empty(batch, 3 * hidden)
-    _update_forward[_grid(batch, hidden)](x_term, x_term.stride(0), h_term, h_term.stride(0), c_prev, h, c,
-                                          sigmoids, j, i_used, tanh_c, batch, H=hidden, CAP=cap_input_gate,
-                                          BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLUMNS=BLOCK_COLUMNS)
+    with on_device_of(c_prev):
+        _update_forward[_grid(batch, hidden)](x_term, x_term.stride(0), h_term, h_term.stride(0), c_prev, h, c,
+                                              sigmoids, j, i_used, tanh_c, batch, H=hidden, CAP=cap_input_gate,
+                                              BLOCK_ROWS=BLOCK_ROWS, BLOCK_COLUMNS=BLOCK_COLUMNS)
     return h, c, (sigmoids, j, i_used, c_prev, tanh_c)
 
 
@@ -111,7 +114,8 @@ def lstm_update_backward(cache: tuple[Tensor, ...], dh: Tensor, dc: Tensor, cap_
     dh, dc = dh.contiguous(), dc.contiguous()
     batch, hidden = dh.shape
     d_gates, dc_prev = dh.new_empty(batch, 4 * hidden), torch.empty_like(dh)
-    _update_backward[_grid(batch, hidden)](sigmoids, j, i_used, c_prev, tanh_c, dh, dc, d_gates, dc_prev, batch,
-                                           H=hidden, CAP=cap_input_gate, BLOCK_ROWS=BLOCK_ROWS,
-                                           BLOCK_COLUMNS=BLOCK_COLUMNS)
+    with on_device_of(dh):
+        _update_backward[_grid(batch, hidden)](sigmoids, j, i_used, c_prev, tanh_c, dh, dc, d_gates, dc_prev,
+                                               batch, H=hidden, CAP=cap_input_gate, BLOCK_ROWS=BLOCK_ROWS,
+                                               BLOCK_COLUMNS=BLOCK_COLUMNS)
     return d_gates, dc_prev

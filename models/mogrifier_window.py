@@ -16,10 +16,13 @@ from torch import Tensor
 
 from models.cells import Cache, Mogrifier
 from models.tape import Linear, Tape
-from models.triton_support import matmul_precision, triton_serves
+from models.triton_support import matmul_precision, on_device_of, triton_serves
 
 ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs
 LAUNCH = dict(CHUNK=128, num_warps=4, num_stages=1)  # the fastest timed on an H100 (benchmarks/mogrifier_kernels.py)
+MAX_FUSED_RANK = 128
+"""Above this the kernels' tiles need over 100 KB of shared memory (156 KB at rank 256 on sm_90), more
+than many GPUs have; such mogrifiers take the reference math."""
 
 
 class MogrifierWindow(Protocol):
@@ -46,7 +49,8 @@ def mogrifier_window(mogrifier: Mogrifier, linear: Linear, inputs: Tensor, state
 
 
 def fused_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
-    low_rank = len(mogrifier.projections[0].maps) == 2
+    maps = mogrifier.projections[0].maps
+    low_rank = len(maps) == 2 and maps[0].out_features <= MAX_FUSED_RANK
     return triton_serves(inputs) and isinstance(linear, Tape) and low_rank
 
 
@@ -119,10 +123,11 @@ class FusedWindow:
 
     def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
         h, mask = h.contiguous(), self.state_mask
-        self.kernels.mogrify_forward[self._grid()](
-            self.values[0], self.gates[0], self.z, h, h if mask is None else mask.contiguous(),  # h: a placeholder
-            self.left_t, self.right_t, self.bias, step, self.batch, self.window,
-            HAS_MASK=mask is not None, **self._launch_shape())
+        with on_device_of(h):
+            self.kernels.mogrify_forward[self._grid()](
+                self.values[0], self.gates[0], self.z, h, h if mask is None else mask.contiguous(),  # h: unread
+                self.left_t, self.right_t, self.bias, step, self.batch, self.window,
+                HAS_MASK=mask is not None, **self._launch_shape())
         return self.values[self.last_x][step], self.values[self.last_h][step]
 
     def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
@@ -133,9 +138,10 @@ class FusedWindow:
             self.d_pre = self._blocks(self.z.new_empty(self.window * self.batch * sum(self.dims[:-2])), self.dims[:-2])
             self.d_z = torch.empty_like(self.z)
         dx, dh = dx.contiguous(), dh.contiguous()
-        self.kernels.mogrify_backward[self._grid()](
-            dx, dh, self.values[0], self.gates[0], self.d_pre[0], self.d_z, self.left, self.right, step,
-            self.batch, self.window, **self._launch_shape())
+        with on_device_of(dx):
+            self.kernels.mogrify_backward[self._grid()](
+                dx, dh, self.values[0], self.gates[0], self.d_pre[0], self.d_z, self.left, self.right, step,
+                self.batch, self.window, **self._launch_shape())
         return dx, dh
 
     def finish_backward(self, tape: Tape) -> None:

@@ -7,6 +7,7 @@ GPU, tests them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 
@@ -24,3 +25,8 @@ def triton_serves(*tensors: Tensor) -> bool:
 def matmul_precision() -> str:
     """tl.dot's input precision that matches torch.set_float32_matmul_precision: TF32 unless 'highest'."""
     return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def on_device_of(tensor: Tensor) -> contextlib.AbstractContextManager:
+    """Makes `tensor`'s GPU the current one: Triton launches on the current device, whatever the tensors'."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from models import LanguageModel, ModelConfig
-from models.mogrifier_window import FusedWindow, fused_kernel_serves
+from models.mogrifier_window import MAX_FUSED_RANK, FusedWindow, fused_kernel_serves
 from models.recurrence import RecurrentLayer, variational_mask
 from models.tape import Tape, autograd_linear
 from models.triton_support import TRITON_AVAILABLE
@@ -131,3 +131,17 @@ def test_full_rank_double_and_evaluation_windows_take_the_fused_kernels_only_whe
     full_rank = LanguageModel(ModelConfig(vocab_size=10, hidden_size=32, family="mogrifier", mogrifier_rounds=3,
                                           mogrifier_rank=0)).cuda()
     assert not fused_kernel_serves(full_rank.layers[0].mogrifier, Tape(), inputs)
+
+
+def test_the_fused_mogrifier_serves_low_ranks_up_to_its_shared_memory_limit(monkeypatch):
+    monkeypatch.setattr("models.mogrifier_window.triton_serves", lambda *tensors: True)
+    inputs = torch.randn(3, 2, 8)
+
+    def mogrifier(rank: int):
+        config = ModelConfig(vocab_size=10, hidden_size=8, family="mogrifier", mogrifier_rounds=2, mogrifier_rank=rank)
+        return RecurrentLayer(config, 0).mogrifier
+
+    assert fused_kernel_serves(mogrifier(MAX_FUSED_RANK), Tape(), inputs)
+    assert not fused_kernel_serves(mogrifier(MAX_FUSED_RANK + 1), Tape(), inputs)
+    assert not fused_kernel_serves(mogrifier(0), Tape(), inputs)  # full rank
+    assert not fused_kernel_serves(mogrifier(4), autograd_linear, inputs)  # the reference path
