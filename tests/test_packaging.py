@@ -63,4 +63,6 @@ def test_compose_services_are_wired_together():
     gpu = services["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     assert services["runner"]["command"] == ["worker"] and services["api"]["command"][0] == "serve"
-    assert set(compose["volumes"]) == {"postgres", "artifacts"}
+    assert set(compose["volumes"]) == {"postgres", "artifacts", "triton-cache"}
+    worker = services["ray-gpu-worker"]  # its own environment and volumes, on top of the shared ones
+    assert "triton-cache:" + worker["environment"]["TRITON_CACHE_DIR"] in worker["volumes"]
