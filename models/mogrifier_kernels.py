@@ -28,6 +28,27 @@ def _x_h_offset(j: tl.constexpr, E: tl.constexpr, H: tl.constexpr):
 
 
 @triton.jit
+def _tile(batch, K: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr):
+    """This program's batch rows, the rank columns, a chunk's column offsets, with their bounds."""
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    ks = tl.arange(0, BLOCK_K)
+    return rows, rows < batch, ks, ks < K, tl.arange(0, CHUNK)
+
+
+@triton.jit
+def _store_rank_rows(array, r, step, window, batch, rows, row_ok, ks, k_ok, value, K: tl.constexpr):
+    """Writes this program's rows of round r's (batch, K) slice of a (rounds, T, B, K) array at `step`."""
+    tl.store(array + ((r * window + step) * batch + rows)[:, None] * K + ks[None, :], value,
+             mask=row_ok[:, None] & k_ok[None, :])
+
+
+@triton.jit
+def _through_gate(grad, gate, gated):
+    """The gradient of the gate's pre-activation, given that of gate * gated: d(2 sigma(p))/dp = 2 sigma (1 - sigma)."""
+    return grad * gated * (gate - 0.5 * gate * gate)
+
+
+@triton.jit
 def mogrify_forward(values, gates, z, h, mask, left_t, right_t, bias, step, batch, window,
                     E: tl.constexpr, H: tl.constexpr, K: tl.constexpr, ROUNDS: tl.constexpr,
                     HAS_MASK: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -37,11 +58,7 @@ def mogrify_forward(values, gates, z, h, mask, left_t, right_t, bias, step, batc
     Round r's loop over its target's columns gates them and, as each chunk of the result comes out,
     adds its share of round r + 1's z: one pass over the columns per round.
     """
-    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_ok = rows < batch
-    ks = tl.arange(0, BLOCK_K)
-    k_ok = ks < K
-    span = tl.arange(0, CHUNK)
+    rows, row_ok, ks, k_ok, span = _tile(batch, K, BLOCK_B, BLOCK_K, CHUNK)
     per_step = window * batch
 
     h_seen = values + per_step * E + step * batch * H
@@ -57,7 +74,7 @@ def mogrify_forward(values, gates, z, h, mask, left_t, right_t, bias, step, batc
         tl.store(h_seen + where, value, mask=ok)
         w = tl.load(left_t + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(value, w, acc, input_precision=PRECISION)
-    tl.store(z + (step * batch + rows)[:, None] * K + ks[None, :], acc, mask=row_ok[:, None] & k_ok[None, :])
+    _store_rank_rows(z, 0, step, window, batch, rows, row_ok, ks, k_ok, acc, K)
     tl.debug_barrier()
 
     for r in tl.static_range(ROUNDS):
@@ -87,8 +104,7 @@ def mogrify_forward(values, gates, z, h, mask, left_t, right_t, bias, step, batc
                             other=0.0)
                 next_acc = tl.dot(result, w, next_acc, input_precision=PRECISION)
         if r + 1 < ROUNDS:
-            tl.store(z + (((r + 1) * window + step) * batch + rows)[:, None] * K + ks[None, :], next_acc,
-                     mask=row_ok[:, None] & k_ok[None, :])
+            _store_rank_rows(z, r + 1, step, window, batch, rows, row_ok, ks, k_ok, next_acc, K)
         acc = next_acc
         tl.debug_barrier()
 
@@ -104,11 +120,7 @@ def mogrify_backward(d_x, d_h, values, gates, d_pre, d_z, left, right, step, bat
     The last round's gate goes first; then each loop passes round r's gradient back into its source
     and, chunk by chunk, through round r - 1's gate, whose target that source is.
     """
-    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_ok = rows < batch
-    ks = tl.arange(0, BLOCK_K)
-    k_ok = ks < K
-    span = tl.arange(0, CHUNK)
+    rows, row_ok, ks, k_ok, span = _tile(batch, K, BLOCK_B, BLOCK_K, CHUNK)
     per_step = window * batch
 
     LAST: tl.constexpr = ROUNDS - 1
@@ -127,14 +139,13 @@ def mogrify_backward(d_x, d_h, values, gates, d_pre, d_z, left, right, step, bat
         where = rows[:, None] * TARGET + cols[None, :]
         gate = tl.load(gates + at_step + where, mask=ok, other=0.0)
         grad = tl.load(d_target + where, mask=ok, other=0.0)
-        d_gate_pre = grad * tl.load(values + at_step + where, mask=ok, other=0.0) * (gate - 0.5 * gate * gate)
+        d_gate_pre = _through_gate(grad, gate, tl.load(values + at_step + where, mask=ok, other=0.0))
         tl.store(d_pre + at_step + where, d_gate_pre, mask=ok)
         tl.store(d_target + where, grad * gate, mask=ok)
         w = tl.load(right + K * offset + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
                     other=0.0)
         acc = tl.dot(d_gate_pre, w, acc, input_precision=PRECISION)
-    tl.store(d_z + ((LAST * window + step) * batch + rows)[:, None] * K + ks[None, :], acc,
-             mask=row_ok[:, None] & k_ok[None, :])
+    _store_rank_rows(d_z, LAST, step, window, batch, rows, row_ok, ks, k_ok, acc, K)
     tl.debug_barrier()
 
     for r in tl.static_range(ROUNDS - 1, -1, -1):
@@ -158,7 +169,7 @@ def mogrify_backward(d_x, d_h, values, gates, d_pre, d_z, left, right, step, bat
             grad = tl.load(d_source + where, mask=ok, other=0.0) + tl.dot(acc, w, input_precision=PRECISION)
             if r > 0:
                 gate = tl.load(gates + at_step + where, mask=ok, other=0.0)
-                d_gate_pre = grad * tl.load(values + at_step + where, mask=ok, other=0.0) * (gate - 0.5 * gate * gate)
+                d_gate_pre = _through_gate(grad, gate, tl.load(values + at_step + where, mask=ok, other=0.0))
                 tl.store(d_pre + at_step + where, d_gate_pre, mask=ok)
                 grad = grad * gate
                 w = tl.load(previous_factor + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :],
@@ -166,7 +177,6 @@ def mogrify_backward(d_x, d_h, values, gates, d_pre, d_z, left, right, step, bat
                 next_acc = tl.dot(d_gate_pre, w, next_acc, input_precision=PRECISION)
             tl.store(d_source + where, grad, mask=ok)
         if r > 0:
-            tl.store(d_z + (((r - 1) * window + step) * batch + rows)[:, None] * K + ks[None, :], next_acc,
-                     mask=row_ok[:, None] & k_ok[None, :])
+            _store_rank_rows(d_z, r - 1, step, window, batch, rows, row_ok, ks, k_ok, next_acc, K)
         acc = next_acc
         tl.debug_barrier()

@@ -92,13 +92,18 @@ class FusedWindow:
         self.dims = [self.input_size if j % 2 == 0 else self.hidden_size for j in range(self.rounds + 2)]
         self.values = self._blocks(inputs.new_empty(self.window * self.batch * sum(self.dims)), self.dims)
         self.values[0].copy_(inputs)
-        self.gates = self._blocks(inputs.new_empty(self.window * self.batch * sum(self.dims[:-2])), self.dims[:-2])
-        self.d_pre: list[Tensor] = []
+        gate_elements = self.window * self.batch * sum(self.dims[:-2])
+        self.gates = self._blocks(inputs.new_empty(gate_elements), self.dims[:-2])
         self.z = inputs.new_empty(self.rounds, self.window, self.batch, self.rank)
         with torch.no_grad():
             self.left_t = torch.cat([m.weight.t().reshape(-1) for m in self.lefts])
             self.right_t = torch.cat([m.weight.t().reshape(-1) for m in self.rights])
             self.bias = torch.cat([m.bias for m in self.rights])
+            if tape.record:  # what the backward pass reads and writes
+                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
+                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
+                self.d_pre = self._blocks(inputs.new_empty(gate_elements), self.dims[:-2])
+                self.d_z = torch.empty_like(self.z)
         for r in range(self.rounds):
             tape.add_inputs(self.lefts[r], self.values[r + 1])
             tape.add_inputs(self.rights[r], self.z[r])
@@ -131,12 +136,6 @@ class FusedWindow:
         return self.values[self.last_x][step], self.values[self.last_h][step]
 
     def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
-        if step == self.window - 1:  # the first step backward
-            with torch.no_grad():
-                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
-                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
-            self.d_pre = self._blocks(self.z.new_empty(self.window * self.batch * sum(self.dims[:-2])), self.dims[:-2])
-            self.d_z = torch.empty_like(self.z)
         dx, dh = dx.contiguous(), dh.contiguous()
         with on_device_of(dx):
             self.kernels.mogrify_backward[self._grid()](
