@@ -117,10 +117,14 @@ def test_missing_file_is_a_spec_error(tmp_path):
         load_spec(tmp_path / "absent.yaml")
 
 
-def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec):
+def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec, monkeypatch):
     import torch
 
+    from tuner import trial
     from tuner.trial import configure_torch
+
+    malloc_policy = []
+    monkeypatch.setattr(trial, "keep_freed_memory", lambda: malloc_policy.append("kept"))
 
     issues, _ = issues_of(tiny_spec(resources={"float32_matmul_precision": "medium"}))
     assert "'highest' or 'high'" in issues["resources.float32_matmul_precision"].message
@@ -129,6 +133,7 @@ def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spe
     try:
         configure_torch(spec, spec.resources.cpus_per_trial)
         assert (torch.get_float32_matmul_precision(), torch.get_num_threads()) == ("high", 2)
+        assert malloc_policy == ["kept"]
     finally:
         torch.set_float32_matmul_precision(previous[0])
         torch.set_num_threads(previous[1])

@@ -11,6 +11,7 @@ import torch
 from ray import tune
 
 from trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
+from trainers.heap import keep_freed_memory
 from tuner.reporting import FAILED, OBJECTIVE, TURN
 from tuner.space import TrialSetup, trial_setup
 from tuner.spec import StudySpec
@@ -25,7 +26,8 @@ def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "
 
 
 def configure_torch(spec: StudySpec, threads: float) -> None:
-    """This process's torch threads and float32 matrix-multiply precision, for a job of `spec`."""
+    """This process's torch threads, float32 matrix-multiply precision and malloc policy, for a job of `spec`."""
+    keep_freed_memory()
     torch.set_num_threads(max(1, int(threads)))
     torch.set_float32_matmul_precision(spec.resources.float32_matmul_precision)
 
