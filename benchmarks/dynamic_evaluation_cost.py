@@ -9,7 +9,9 @@ validation split (`--tokens`). Timed, `--repeats` times each, alternating so mac
   one update), with the gradient-RMS statistics (`trainers.gradient_rms`) computed once beforehand
   and timed separately;
 - gradients only: the same segments' forward and backward passes without the update, a floor under
-  any implementation of the update (exact dynamic evaluation needs every segment's full gradient).
+  any implementation of the update (exact dynamic evaluation needs every segment's full gradient);
+- matrix-multiply FLOPs of one segment, forward alone against forward and full gradient: the floor
+  in arithmetic, whatever the implementation.
 The ratio reported is the median dynamic time over the median static time (same segments). Speed
 does not depend on the weights, so an untrained model measures the same cost as a trained one.
 
@@ -31,6 +33,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.cell_throughput import describe_machine
 from models import LanguageModel, ModelConfig, count_parameters, detach_state, solve_hidden_size
@@ -45,7 +48,9 @@ from trainers import (
     load_corpus,
 )
 from trainers.batching import batchify, windows
+from trainers.dynamic_evaluation import embedding_lookups_as_leaves
 from trainers.evaluation import evaluation_mode
+from trainers.heap import keep_freed_memory
 from trainers.objective import token_nll
 
 TEST_PROTOCOL_BPTT = 100
@@ -68,16 +73,40 @@ def build_model(corpus: Corpus, checkpoint: Path | None, parameter_budget: int) 
 
 
 def gradients_only(model: LanguageModel, text: Tensor, segment: int) -> float:
-    """Every segment's loss and full gradient, as dynamic evaluation computes them, without updates."""
+    """Every segment's loss and full gradient, computed as dynamic evaluation does, without updates."""
     params, total, count = list(model.parameters()), 0.0, 0
     state = model.initial_state(1)
-    with evaluation_mode(model):
+    with evaluation_mode(model), embedding_lookups_as_leaves(model) as lookups:
         for inputs, targets in windows(batchify(text, 1), segment):
             logits, state = model(inputs, detach_state(state))
             nll = token_nll(logits, targets)
-            torch.autograd.grad(nll.mean(), params)
+            torch.autograd.grad(nll.mean(), [*params, lookups.pop()], allow_unused=True)
             total, count = total + nll.sum().item(), count + nll.numel()
     return total / count
+
+
+def matmul_flops(model: LanguageModel, text: Tensor, segment: int) -> dict[str, int]:
+    """Matrix-multiply FLOPs of one segment: its forward alone, and its forward and full gradient
+    (counted on the reference path, whose matrix multiplies torch's FLOP counter sees)."""
+    inputs, targets = text[:segment].view(-1, 1), text[1 : segment + 1].view(-1, 1)
+    state, params = model.initial_state(1), list(model.parameters())
+    fast = [layer.fast for layer in model.layers]
+    counted: dict[str, int] = {}
+    try:
+        for layer in model.layers:
+            layer.fast = False
+        with evaluation_mode(model):
+            with FlopCounterMode(display=False) as counter, torch.no_grad():
+                model(inputs, state)
+            counted["static"] = counter.get_total_flops()
+            with FlopCounterMode(display=False) as counter:
+                logits, _ = model(inputs, state)
+                torch.autograd.grad(token_nll(logits, targets).mean(), params)
+            counted["gradients"] = counter.get_total_flops()
+    finally:
+        for layer, was_fast in zip(model.layers, fast, strict=True):
+            layer.fast = was_fast
+    return counted
 
 
 def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
@@ -98,6 +127,7 @@ def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
             elapsed, losses[name] = timed(run)
             seconds[name].append(elapsed)
     median = {name: statistics.median(values) for name, values in seconds.items()}
+    flops = matmul_flops(model, text, config.max_time_steps)
     return {
         "tokens": int(text.numel()),
         "gradient_rms_seconds": statistics_seconds,
@@ -108,6 +138,8 @@ def measure(model: LanguageModel, corpus: Corpus, tokens: int, repeats: int,
         "ratio_dynamic_to_static": median["dynamic"] / median["static_same_segments"],
         "ratio_dynamic_to_static_test_protocol_windows": median["dynamic"] / median["static_test_protocol_windows"],
         "ratio_gradients_only_to_static": median["gradients_only"] / median["static_same_segments"],
+        "matmul_flops_per_segment": flops,
+        "ratio_matmul_flops_gradients_to_static": flops["gradients"] / flops["static"],
     }
 
 
@@ -129,6 +161,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     arguments = parse_arguments(argv)
     torch.set_num_threads(arguments.threads)
+    heap_kept = keep_freed_memory()  # as trial and evaluation jobs run (tuner.trial.configure_torch)
     corpus = load_corpus(dataset_from_dict({"path": str(Path(arguments.data).resolve()), "format": "ptb"}))
     model = build_model(corpus, arguments.checkpoint, arguments.parameter_budget)
     config = DynamicEvaluationConfig(max_time_steps=arguments.max_time_steps)
@@ -138,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "dynamic_evaluation_cost",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": describe_machine(torch.device("cpu"), torch.get_num_threads())
-        | {"load_average_before": load_before, "load_average_after": os.getloadavg()},
+        | {"load_average_before": load_before, "load_average_after": os.getloadavg(), "freed_memory_kept": heap_kept},
         "model": dict(model.config.to_dict(), parameters=count_parameters(model.config)),
         "dynamic_evaluation": config.model_dump(),
         **result,

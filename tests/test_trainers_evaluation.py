@@ -131,6 +131,46 @@ def test_dynamic_evaluation_scores_a_segment_before_adapting_to_it(trained) -> N
     assert dynamic_cross_entropy(model, corpus.valid[:11], rms, config) != cross_entropy(model, corpus.valid[:11], 1, 5)
 
 
+def dynamic_cross_entropy_by_the_formula(model: LanguageModel, text: torch.Tensor, rms: list[torch.Tensor],
+                                         config: DynamicEvaluationConfig) -> float:
+    """The specification written out with plain autograd: score a segment, then
+    theta <- theta - eta g / (MS + eps) + lambda min(RMSnorm, 1 / lambda) (theta_0 - theta)."""
+    params = list(model.parameters())
+    initial = [p.detach().clone() for p in params]
+    mean_rms = torch.cat([ms.flatten() for ms in rms]).mean()
+    state, losses = model.initial_state(1), []
+    stream, step = text.view(-1, 1), config.max_time_steps
+    for start in range(0, len(text) - 1, step):
+        targets = stream[start + 1 : start + 1 + step]
+        inputs = stream[start : start + len(targets)]
+        logits, state = model(inputs, [tuple(t.detach() for t in layer) for layer in state])
+        nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        losses.append(nll.detach())
+        grads = torch.autograd.grad(nll.mean(), params)
+        with torch.no_grad():
+            for p, p0, g, ms in zip(params, initial, grads, rms, strict=True):
+                decay = torch.clamp(config.decay * ms / mean_rms, max=1.0)
+                p.copy_(p - config.learning_rate * g / (ms + config.epsilon) + decay * (p0 - p))
+    with torch.no_grad():
+        for p, p0 in zip(params, initial, strict=True):
+            p.copy_(p0)
+    return torch.cat(losses).double().mean().item()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_dynamic_evaluation_updates_every_weight_as_the_formula_says(tied: bool) -> None:
+    """Tied and untied embeddings: the lookup's gradient reaches only the rows of the segment's tokens
+    (repeated tokens summed), the softmax's reaches every row, and the decay moves every weight."""
+    torch.manual_seed(0)
+    model = LanguageModel(ModelConfig(vocab_size=12, hidden_size=10, num_layers=2, tie_embeddings=tied)).eval()
+    text = torch.tensor([3, 5, 3, 3, 7, 1, 5, 9, 3, 0, 11, 3, 5, 2, 8, 3])
+    rms = [torch.rand_like(p) + 0.05 for p in model.parameters()]
+    config = DynamicEvaluationConfig(max_time_steps=4, learning_rate=1.0, decay=0.2, epsilon=1e-3)
+    expected = dynamic_cross_entropy_by_the_formula(model, text, rms, config)
+    assert abs(expected - cross_entropy(model, text, 1, 4)) > 0.01  # the updates change the score
+    assert dynamic_cross_entropy(model, text, rms, config) == pytest.approx(expected, rel=1e-6)
+
+
 def test_monte_carlo_dynamic_evaluation_averages_passes_that_each_start_from_theta_0(trained) -> None:
     corpus, path = trained
     model = load_checkpoint(path).model
