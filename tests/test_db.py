@@ -59,3 +59,89 @@ def test_a_stopping_worker_requeues_only_a_study_still_running(storage_url, stat
     requeue_study(storage_url, TINY_SPEC["name"])
     with sessions(storage_url)() as session:
         assert session.scalar(select(StudyRecord.status).where(StudyRecord.name == TINY_SPEC["name"])) == after
+
+
+def _study(name: str):
+    from tuner.db import StudyRecord
+
+    return StudyRecord(name=name, status="running", spec={"families": ["lstm"]}, families=",lstm,", document="",
+                       submitted_via="cli")
+
+
+def _trial(trial_id: int, study: str, state: str, stage: str = "tune"):
+    from tuner.db import TrialRecord
+
+    return TrialRecord(trial_id=trial_id, study_name=study, family="lstm", number=trial_id, seed=0, state=state,
+                       stage=stage)
+
+
+def _counters_match_the_trials(url: str) -> dict[str, dict[str, int]]:
+    """Each study's tuning counters, asserted equal to its tuning trials counted afresh."""
+    from sqlalchemy import func, select
+
+    from tuner.db import StudyRecord, TrialRecord, sessions
+    from tuner.results import TRIAL_STATES
+
+    with sessions(url)() as session:
+        stored = {study.name: {state: getattr(study, f"tuning_{state.lower()}") for state in TRIAL_STATES}
+                  for study in session.scalars(select(StudyRecord))}
+        recounted = {name: dict.fromkeys(TRIAL_STATES, 0) for name in stored}
+        for name, state, count in session.execute(
+                select(TrialRecord.study_name, TrialRecord.state, func.count()).where(TrialRecord.stage == "tune")
+                .group_by(TrialRecord.study_name, TrialRecord.state)):
+            recounted[name][state] = count
+    assert stored == recounted
+    return stored
+
+
+def test_tuning_trial_counters_follow_every_write(storage_url):
+    """Inserts, state and stage changes, moves between studies, bulk updates and deletes: the triggers
+    keep each study's counters equal to a fresh count."""
+    from sqlalchemy import delete, update
+
+    from tuner.db import TrialRecord, sessions
+
+    ensure_schema(storage_url)
+    with sessions(storage_url).begin() as session:
+        session.add_all([_study("a"), _study("b")])
+    with sessions(storage_url).begin() as session:
+        session.add_all([_trial(1, "a", "RUNNING"), _trial(2, "a", "RUNNING"), _trial(3, "a", "COMPLETE"),
+                         _trial(4, "a", "COMPLETE", stage="rerun"), _trial(5, "b", "FAIL")])
+    assert _counters_match_the_trials(storage_url)["a"] == {"COMPLETE": 1, "RUNNING": 2, "PRUNED": 0, "FAIL": 0,
+                                                            "WAITING": 0}
+    with sessions(storage_url).begin() as session:
+        session.get(TrialRecord, 1).state = "COMPLETE"
+        session.get(TrialRecord, 4).stage = "tune"
+        session.get(TrialRecord, 2).study_name = "b"
+        session.get(TrialRecord, 3).value = 4.2  # not a counted column
+    assert _counters_match_the_trials(storage_url)["a"]["COMPLETE"] == 3
+    with sessions(storage_url).begin() as session:
+        session.execute(update(TrialRecord).where(TrialRecord.study_name == "a").values(state="PRUNED"))
+        session.execute(delete(TrialRecord).where(TrialRecord.trial_id == 5))
+    counts = _counters_match_the_trials(storage_url)
+    assert counts["a"]["PRUNED"] == 3 and counts["b"] == {"COMPLETE": 0, "RUNNING": 1, "PRUNED": 0, "FAIL": 0,
+                                                          "WAITING": 0}
+
+
+def test_the_counters_migration_counts_existing_trials(storage_url):
+    from tuner.db import sessions
+
+    ensure_schema(storage_url)
+    config = alembic_config(storage_url)
+    with engine_for(storage_url).begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0001")
+    with engine_for(storage_url).begin() as connection:  # 0001's tables: no counters, no triggers
+        connection.exec_driver_sql(
+            "INSERT INTO lmt_studies (name, status, spec, families, document, submitted_via, created_at) "
+            "VALUES ('old', 'complete', '{}', ',lstm,', '', 'cli', '2026-01-01')")
+        for trial_id, state, stage in [(1, "COMPLETE", "tune"), (2, "COMPLETE", "tune"), (3, "FAIL", "tune"),
+                                       (4, "COMPLETE", "rerun")]:
+            connection.exec_driver_sql(
+                "INSERT INTO lmt_trials (trial_id, study_name, family, stage, state, number, seed, interrupted, "
+                f"turns_reported) VALUES ({trial_id}, 'old', 'lstm', '{stage}', '{state}', {trial_id}, 0, false, 0)")
+    ensure_schema(storage_url)
+    assert _counters_match_the_trials(storage_url)["old"]["COMPLETE"] == 2
+    with sessions(storage_url).begin() as session:
+        session.add(_trial(5, "old", "COMPLETE"))
+    assert _counters_match_the_trials(storage_url)["old"]["COMPLETE"] == 3

@@ -85,6 +85,12 @@ class StudyRecord(Base):
     controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     error: Mapped[str | None] = mapped_column(Text)
+    # Its tuning trials (stage "tune") per state, kept by triggers on lmt_trials (migration 0002).
+    tuning_complete: Mapped[int] = mapped_column(server_default="0", default=0)
+    tuning_running: Mapped[int] = mapped_column(server_default="0", default=0)
+    tuning_pruned: Mapped[int] = mapped_column(server_default="0", default=0)
+    tuning_fail: Mapped[int] = mapped_column(server_default="0", default=0)
+    tuning_waiting: Mapped[int] = mapped_column(server_default="0", default=0)
 
 
 class TrialRecord(Base):
