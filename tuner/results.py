@@ -205,8 +205,8 @@ def study_trials(
 
 def get_trial(url: str, trial_id: int) -> TrialView | None:
     with reading(url) as connection:
-        row = connection.execute(_trials_by_id(), {"ids": [trial_id]}).first()
-        return None if row is None else _trial_views(connection, [row])[0]
+        views = _trials_by_id(connection, [trial_id])
+    return views[0] if views else None
 
 
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
@@ -297,11 +297,25 @@ def _trial_query() -> Select:
 
 def _trial_views(connection, rows) -> list[TrialView]:
     """TrialViews of `_trial_query` rows, their hyperparameters read in one more query."""
-    ids = [row.trial_id for row in rows]
-    params: dict[int, dict[str, Any]] = {trial_id: {} for trial_id in ids}
-    if ids:
-        for trial_id, param_name, param_value, distribution in connection.execute(_params_by_trial(), {"ids": ids}):
-            params[trial_id][param_name] = _distribution(distribution).to_external_repr(param_value)
+    params: dict[int, dict[str, Any]] = {row.trial_id: {} for row in rows}
+    if params:
+        for trial_id, name, value, distribution in connection.execute(_params_by_trial(), {"ids": list(params)}):
+            params[trial_id][name] = _distribution(distribution).to_external_repr(value)
+    return _views(rows, params)
+
+
+def _trials_by_id(connection, ids: list[int]) -> list[TrialView]:
+    """TrialViews of the trials with these ids (a few): one query, a row per hyperparameter."""
+    rows, params = {}, {}
+    for row in connection.execute(_trials_with_params_by_id(), {"ids": ids}):
+        rows.setdefault(row.trial_id, row)
+        found = params.setdefault(row.trial_id, {})
+        if row.param_name is not None:
+            found[row.param_name] = _distribution(row.distribution_json).to_external_repr(row.param_value)
+    return _views(list(rows.values()), params)
+
+
+def _views(rows, params: dict[int, dict[str, Any]]) -> list[TrialView]:
     return [TrialView(
         **{name: getattr(row, name) for name in _TRIAL_COLUMNS if name != "study_name"},
         study=row.study_name,
@@ -343,8 +357,11 @@ def _study_query() -> Select:
 
 
 @cache
-def _trials_by_id() -> Select:
-    return _trial_query().where(TrialRecord.trial_id.in_(bindparam("ids", expanding=True)))
+def _trials_with_params_by_id() -> Select:
+    """`_trial_query` for some trial ids, joined with their hyperparameters (None for a trial with none)."""
+    return (_trial_query().add_columns(_params.c.param_name, _params.c.param_value, _params.c.distribution_json)
+            .outerjoin(_params, _params.c.trial_id == TrialRecord.trial_id)
+            .where(TrialRecord.trial_id.in_(bindparam("ids", expanding=True))).order_by(_params.c.param_id))
 
 
 @cache
@@ -355,10 +372,7 @@ def _params_by_trial() -> Select:
 
 def _best_views(connection, rows) -> dict[int, TrialView]:
     ids = [row.best_trial_id for row in rows if row.best_trial_id is not None]
-    if not ids:
-        return {}
-    best = connection.execute(_trials_by_id(), {"ids": ids}).all()
-    return {view.trial_id: view for view in _trial_views(connection, best)}
+    return {view.trial_id: view for view in _trials_by_id(connection, ids)} if ids else {}
 
 
 def _study_view(row, best: TrialView | None) -> StudyView:
