@@ -61,13 +61,6 @@ def test_a_stopping_worker_requeues_only_a_study_still_running(storage_url, stat
         assert session.scalar(select(StudyRecord.status).where(StudyRecord.name == TINY_SPEC["name"])) == after
 
 
-def _study(name: str):
-    from tuner.db import StudyRecord
-
-    return StudyRecord(name=name, status="running", spec={"families": ["lstm"]}, families=",lstm,", document="",
-                       submitted_via="cli")
-
-
 def _trial(trial_id: int, study: str, state: str, stage: str = "tune"):
     from tuner.db import TrialRecord
 
@@ -79,31 +72,29 @@ def _counters_match_the_trials(url: str) -> dict[str, dict[str, int]]:
     """Each study's tuning counters, asserted equal to its tuning trials counted afresh."""
     from sqlalchemy import func, select
 
-    from tuner.db import StudyRecord, TrialRecord, sessions
+    from tuner.db import TrialCountRecord, TrialRecord, sessions
     from tuner.results import TRIAL_STATES
 
     with sessions(url)() as session:
-        stored = {study.name: {state: getattr(study, f"tuning_{state.lower()}") for state in TRIAL_STATES}
-                  for study in session.scalars(select(StudyRecord))}
+        stored = {row.study_name: {state: getattr(row, f"tuning_{state.lower()}") for state in TRIAL_STATES}
+                  for row in session.scalars(select(TrialCountRecord))}
         recounted = {name: dict.fromkeys(TRIAL_STATES, 0) for name in stored}
         for name, state, count in session.execute(
                 select(TrialRecord.study_name, TrialRecord.state, func.count()).where(TrialRecord.stage == "tune")
                 .group_by(TrialRecord.study_name, TrialRecord.state)):
-            recounted[name][state] = count
+            recounted.setdefault(name, dict.fromkeys(TRIAL_STATES, 0))[state] = count
     assert stored == recounted
     return stored
 
 
 def test_tuning_trial_counters_follow_every_write(storage_url):
     """Inserts, state and stage changes, moves between studies, bulk updates and deletes: the triggers
-    keep each study's counters equal to a fresh count."""
+    keep each study's counters equal to a fresh count (a study's row appears with its first trial)."""
     from sqlalchemy import delete, update
 
     from tuner.db import TrialRecord, sessions
 
     ensure_schema(storage_url)
-    with sessions(storage_url).begin() as session:
-        session.add_all([_study("a"), _study("b")])
     with sessions(storage_url).begin() as session:
         session.add_all([_trial(1, "a", "RUNNING"), _trial(2, "a", "RUNNING"), _trial(3, "a", "COMPLETE"),
                          _trial(4, "a", "COMPLETE", stage="rerun"), _trial(5, "b", "FAIL")])
@@ -145,3 +136,25 @@ def test_the_counters_migration_counts_existing_trials(storage_url):
     with sessions(storage_url).begin() as session:
         session.add(_trial(5, "old", "COMPLETE"))
     assert _counters_match_the_trials(storage_url)["old"]["COMPLETE"] == 3
+
+
+def test_reads_survive_a_database_restart(postgres_url):
+    """Reads skip the pool's ping: a connection the server dropped (as a restart does) costs a retry,
+    not an error."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import TINY_SPEC
+    from tuner.queue import submit_study
+    from tuner.results import list_studies
+    from tuner.spec import parse_spec
+
+    ensure_schema(postgres_url)
+    submit_study(postgres_url, parse_spec(TINY_SPEC), "document")
+    assert [study.name for study in list_studies(postgres_url).items] == ["tiny"]  # a pooled connection now
+    database = make_url(postgres_url).database
+    with create_engine(make_url(postgres_url), isolation_level="AUTOCOMMIT").connect() as admin:
+        ended = admin.scalar(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE datname = :database AND pid <> pg_backend_pid()"), {"database": database})
+    assert ended >= 1
+    assert [study.name for study in list_studies(postgres_url).items] == ["tiny"]

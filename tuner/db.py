@@ -8,12 +8,12 @@ reasons. Table names start with `lmt_` so they never collide with Optuna's.
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import optuna
 from alembic import command
@@ -37,7 +37,11 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 SCHEMA_LOCK_KEY = 0x6C6D74  # "lmt": the PostgreSQL advisory lock taken while creating the schema
 VERSION_TABLE = "lmt_alembic_version"  # Optuna keeps its own migrations in "alembic_version"
@@ -85,12 +89,20 @@ class StudyRecord(Base):
     controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     error: Mapped[str | None] = mapped_column(Text)
-    # Its tuning trials (stage "tune") per state, kept by triggers on lmt_trials (migration 0002).
-    tuning_complete: Mapped[int] = mapped_column(server_default="0", default=0)
-    tuning_running: Mapped[int] = mapped_column(server_default="0", default=0)
-    tuning_pruned: Mapped[int] = mapped_column(server_default="0", default=0)
-    tuning_fail: Mapped[int] = mapped_column(server_default="0", default=0)
-    tuning_waiting: Mapped[int] = mapped_column(server_default="0", default=0)
+
+
+class TrialCountRecord(Base):
+    """A study's tuning trials (stage "tune") per state, kept by triggers on lmt_trials (migration 0002):
+    never written by the application. A study whose trials were all deleted keeps a row of zeros."""
+
+    __tablename__ = "lmt_trial_counts"
+
+    study_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tuning_complete: Mapped[int] = mapped_column(server_default="0")
+    tuning_running: Mapped[int] = mapped_column(server_default="0")
+    tuning_pruned: Mapped[int] = mapped_column(server_default="0")
+    tuning_fail: Mapped[int] = mapped_column(server_default="0")
+    tuning_waiting: Mapped[int] = mapped_column(server_default="0")
 
 
 class TrialRecord(Base):
@@ -198,16 +210,19 @@ def _is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def _engine_kwargs(url: str, *, ping: bool = True) -> dict[str, Any]:
     if _is_sqlite(url):
         return {"connect_args": {"timeout": 60}}
-    return {"pool_pre_ping": True}
+    return {"pool_pre_ping": ping}
 
 
 @lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
     url = normalize_url(url)
-    engine = create_engine(url, **_engine_kwargs(url))
+    return _configured(create_engine(url, **_engine_kwargs(url)), url)
+
+
+def _configured(engine: Engine, url: str) -> Engine:
     if _is_sqlite(url):
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -222,8 +237,29 @@ def _sqlite_pragmas(connection, _record) -> None:
 
 def reading(url: str) -> Connection:
     """A connection for reads, in autocommit mode: no BEGIN and ROLLBACK round trips around a few SELECTs
-    (each statement sees its own snapshot)."""
-    return engine_for(url).connect().execution_options(isolation_level="AUTOCOMMIT")
+    (each statement sees its own snapshot). Unlike `engine_for`'s, it is not pinged when taken from the
+    pool (a round trip per request): functions that read through it are `retried_on_disconnect`."""
+    return _reading_engine(url).connect()
+
+
+@lru_cache(maxsize=8)
+def _reading_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    return _configured(create_engine(url, isolation_level="AUTOCOMMIT", **_engine_kwargs(url, ping=False)), url)
+
+
+def retried_on_disconnect(read: Callable[P, T]) -> Callable[P, T]:
+    """Runs a read once more if its pooled connection turned out to be dead (the database restarted);
+    SQLAlchemy has then dropped every connection the pool held, so the second try gets a fresh one."""
+    @wraps(read)
+    def retried(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return read(*args, **kwargs)
+        except DBAPIError as error:
+            if not error.connection_invalidated:
+                raise
+            return read(*args, **kwargs)
+    return retried
 
 
 def sessions(url: str) -> sessionmaker[Session]:

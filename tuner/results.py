@@ -24,7 +24,16 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
 )
 from sqlalchemy import Select, bindparam, func, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, reading, sessions
+from tuner.db import (
+    CheckpointRecord,
+    StudyRecord,
+    TrialCountRecord,
+    TrialRecord,
+    TurnRecord,
+    reading,
+    retried_on_disconnect,
+    sessions,
+)
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
 TRIAL_SORTS = ("number", "value", "family", "state", "started")
@@ -110,9 +119,10 @@ class StudyView:
         return None if self.best_possible_loss is None else math.exp(self.best_possible_loss)
 
 
+@retried_on_disconnect
 def list_studies(url: str, *, status: str | None = None, family: str | None = None, name_contains: str | None = None,
                  limit: int | None = None, offset: int = 0) -> Page[StudyView]:
-    """Studies, newest first, filtered and paged in the database: three queries whatever the page size."""
+    """Studies, newest first, filtered and paged in the database: two queries whatever the page size."""
     values = {"status": status, "family": family and _containing(f",{family},"),
               "name": name_contains and _containing(name_contains), "limit": limit, "offset": offset}
     query, count = _study_page_queries(bool(status), bool(family), bool(name_contains), limit is not None)
@@ -157,6 +167,7 @@ def study_exists(url: str, name: str) -> bool:
         return session.scalar(select(StudyRecord.id).where(StudyRecord.name == name)) is not None
 
 
+@retried_on_disconnect
 def get_study(url: str, name: str) -> StudyView | None:
     with reading(url) as connection:
         row = connection.execute(_study_query(), {"name": name}).first()
@@ -166,6 +177,7 @@ def get_study(url: str, name: str) -> StudyView | None:
     return _study_view(row, best.get(row.best_trial_id))
 
 
+@retried_on_disconnect
 def study_trials(
     url: str,
     name: str,
@@ -203,12 +215,14 @@ def study_trials(
     return Page(views, total, limit, offset)
 
 
+@retried_on_disconnect
 def get_trial(url: str, trial_id: int) -> TrialView | None:
     with reading(url) as connection:
         views = _trials_by_id(connection, [trial_id])
     return views[0] if views else None
 
 
+@retried_on_disconnect
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
     """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded)."""
     with reading(url) as connection:  # Core rows: no ORM bookkeeping for thousands of trials
@@ -341,14 +355,16 @@ def _utc(moment: datetime | None) -> datetime | None:
 def _summary_query() -> Select:
     """A study's own columns, with its tuning trials per state (counted by triggers as trials are
     written) and its best complete tuning trial (a correlated subquery): one statement for a page."""
-    counts = [getattr(StudyRecord, f"tuning_{state.lower()}").label(f"count_{state}") for state in TRIAL_STATES]
+    counts = [func.coalesce(getattr(TrialCountRecord, f"tuning_{state.lower()}"), 0).label(f"count_{state}")
+              for state in TRIAL_STATES]
     best = (select(TrialRecord.trial_id)
             .where(TrialRecord.study_name == StudyRecord.name, TrialRecord.stage == "tune",
                    TrialRecord.state == "COMPLETE")
             .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1).scalar_subquery().label("best_trial_id"))
-    return select(StudyRecord.name, StudyRecord.status, StudyRecord.spec, StudyRecord.created_at,
-                  StudyRecord.started_at, StudyRecord.finished_at, StudyRecord.error, StudyRecord.best_possible_loss,
-                  *counts, best)
+    return (select(StudyRecord.name, StudyRecord.status, StudyRecord.spec, StudyRecord.created_at,
+                   StudyRecord.started_at, StudyRecord.finished_at, StudyRecord.error, StudyRecord.best_possible_loss,
+                   *counts, best)
+            .outerjoin(TrialCountRecord, TrialCountRecord.study_name == StudyRecord.name))
 
 
 @cache
