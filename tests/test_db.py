@@ -158,3 +158,36 @@ def test_reads_survive_a_database_restart(postgres_url):
                                   "WHERE datname = :database AND pid <> pg_backend_pid()"), {"database": database})
     assert ended >= 1
     assert [study.name for study in list_studies(postgres_url).items] == ["tiny"]
+
+
+def test_trials_read_back_with_their_exact_hyperparameters(storage_url):
+    """Hyperparameters travel inside each trial's row (as JSON): floats to the last bit, ints and
+    categories as Optuna returns them, in Optuna's order, wherever a trial is read."""
+    import optuna
+
+    from tests.conftest import TINY_SPEC
+    from tuner.db import optuna_storage, sessions
+    from tuner.queue import submit_study
+    from tuner.results import get_study, get_trial, list_studies, study_trials
+    from tuner.spec import parse_spec
+
+    ensure_schema(storage_url)
+    submit_study(storage_url, parse_spec(TINY_SPEC), "document")
+    study = optuna.create_study(storage=optuna_storage(storage_url), study_name="tiny/lstm")
+    study.enqueue_trial({"learning_rate": 0.0012345678901234567, "layers": 2, "cell": "mogrifier"})
+    trial = study.ask()
+    trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True)
+    trial.suggest_int("layers", 1, 3)
+    trial.suggest_categorical("cell", ["lstm", "mogrifier"])
+    study.tell(trial, 4.5)
+    stored = study.trials[0].params
+    with sessions(storage_url).begin() as session:
+        record = _trial(trial._trial_id, "tiny", "COMPLETE")
+        record.value = 4.5
+        session.add(record)
+    reads = [get_trial(storage_url, trial._trial_id), get_study(storage_url, "tiny").best,
+             list_studies(storage_url).items[0].best, study_trials(storage_url, "tiny").items[0]]
+    for read in reads:
+        assert list(read.params.items()) == list(stored.items())
+        assert type(read.params["layers"]) is int
+    assert stored["learning_rate"] == 0.0012345678901234567
