@@ -22,7 +22,7 @@ from dashboards import PLOTLY_JS
 from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
 from trainers import load_checkpoint
 from tuner.controller import launch_study
-from tuner.db import CheckpointRecord, TrialRecord, sessions
+from tuner.db import CheckpointRecord, TrialCountRecord, TrialRecord, sessions
 from tuner.queue import run_worker
 from tuner.settings import Settings
 from tuner.spec import parse_spec
@@ -244,6 +244,8 @@ def test_delete_a_study_with_its_trials_and_files(service):
     assert client.get(f"/trials/{trial_id}").status_code == 404
     assert not folder.exists()
     assert "doomed/lstm" not in [s.study_name for s in optuna.get_all_study_summaries(settings.storage_url)]
+    with sessions(settings.storage_url)() as session:
+        assert session.get(TrialCountRecord, "doomed") is None
     assert client.delete("/studies/doomed").status_code == 404
     assert client.get("/studies/served").status_code == 200  # others untouched
 

@@ -93,7 +93,7 @@ class StudyRecord(Base):
 
 class TrialCountRecord(Base):
     """A study's tuning trials (stage "tune") per state, kept by triggers on lmt_trials (migration 0002):
-    never written by the application. A study whose trials were all deleted keeps a row of zeros."""
+    never written by the application (deleting a study deletes its row)."""
 
     __tablename__ = "lmt_trial_counts"
 

@@ -8,7 +8,16 @@ from pathlib import Path
 import optuna
 from sqlalchemy import delete, select
 
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, optuna_storage, sessions, utcnow
+from tuner.db import (
+    CheckpointRecord,
+    StudyRecord,
+    TrialCountRecord,
+    TrialRecord,
+    TurnRecord,
+    optuna_storage,
+    sessions,
+    utcnow,
+)
 from tuner.space import optuna_study_name
 
 CANCELLED_REASON = "cancelled by the user"
@@ -62,6 +71,7 @@ def delete_study(url: str, name: str, artifact_root: Path) -> None:
         session.execute(delete(TurnRecord).where(TurnRecord.trial_id.in_(trial_ids)))
         session.execute(delete(CheckpointRecord).where(CheckpointRecord.trial_id.in_(trial_ids)))
         session.execute(delete(TrialRecord).where(TrialRecord.study_name == name))
+        session.execute(delete(TrialCountRecord).where(TrialCountRecord.study_name == name))  # zeros by now
         session.execute(delete(StudyRecord).where(StudyRecord.name == name))
     folder = (artifact_root / name).resolve()
     if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
