@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from models import LanguageModel, ModelConfig
 from models.recurrence import RecurrentLayer
+from trainers.heap import keep_freed_memory
 
 VOCAB, HIDDEN, LAYERS, BATCH, BPTT, ROUNDS, RANK = 10_000, 512, 2, 32, 35, 5, 40
 FAMILY_FIELDS = {
@@ -236,6 +237,7 @@ def main() -> None:
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.set_float32_matmul_precision(args.float32_matmul_precision)
+    heap_kept = keep_freed_memory()  # as trial processes run (tuner.trial.configure_torch), for every model
     torch.manual_seed(0)
     load_before = os.getloadavg()
 
@@ -263,7 +265,8 @@ def main() -> None:
         "benchmark": "cell_throughput",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": describe_machine(device, args.threads) | {"load_average_before": load_before,
-                                                              "load_average_after": os.getloadavg()},
+                                                              "load_average_after": os.getloadavg(),
+                                                              "freed_memory_kept": heap_kept},
         "setup": {
             "vocab_size": VOCAB, "embedding_size": HIDDEN, "hidden_size": HIDDEN, "layers": LAYERS, "batch": BATCH,
             "bptt": BPTT, "mogrifier_rounds": ROUNDS, "mogrifier_rank": RANK, "rounds": args.rounds,
