@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from models import FAMILIES, LanguageModel, ModelConfig
+from models import FAMILIES, LanguageModel, ModelConfig, tape
 from models.recurrence import RecurrentLayer, variational_mask
 
 
@@ -76,11 +76,14 @@ def test_fast_path_matches_reference_on_cuda(family, rounds, rank, cap, masked):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("mkl_for_gradients", [False, True])
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_fast_path_matches_reference_in_single_precision(family, batch):
+def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_gradients, monkeypatch):
     """Large enough (4H x H >= 65536) that the fast path takes its oneDNN kernels on CPU at batch 8;
-    at batch 1 (evaluation) it multiplies by the weights directly."""
+    at batch 1 (evaluation) it multiplies by the weights directly. The backward's products go through
+    MKL on Intel CPUs and oneDNN elsewhere: both ways are checked whatever this machine's CPU."""
+    monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", mkl_for_gradients)
     torch.manual_seed(0)
     rounds = 3 if family.startswith("mogrifier") else 0
     layer = _layer(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
