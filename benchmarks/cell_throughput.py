@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -197,6 +198,15 @@ def measure_warmup(family: str, device: str, threads: int, precision: str) -> di
     return result
 
 
+def emit_json(result: dict[str, Any], output: Path | None, indent: int = 2) -> None:
+    """Prints a benchmark's JSON result and, given a path, writes it there too."""
+    text = json.dumps(result, indent=indent)
+    print(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+
+
 def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
     cpu: dict[str, str] = {}
     if Path("/proc/cpuinfo").exists():  # the first processor's fields; "model name" alone can be just "AMD EPYC"
@@ -283,11 +293,7 @@ def main() -> None:
         "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads, args.float32_matmul_precision)
         | {"compilation": WARMUP_NOTE[device.type]},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+    emit_json(result, args.output)
 
 
 if __name__ == "__main__":

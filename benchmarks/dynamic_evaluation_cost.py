@@ -21,7 +21,6 @@ does not depend on the weights, so an untrained model measures the same cost as 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.cell_throughput import describe_machine
+from benchmarks.cell_throughput import describe_machine, emit_json
 from models import LanguageModel, ModelConfig, count_parameters, detach_state, solve_hidden_size
 from trainers import (
     Corpus,
@@ -176,10 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "dynamic_evaluation": config.model_dump(),
         **result,
     }
-    text = json.dumps(output, indent=1)
-    if arguments.output is not None:
-        arguments.output.write_text(text + "\n")
-    print(text)
+    emit_json(output, arguments.output, indent=1)
     return output
 
 

@@ -13,7 +13,6 @@ study's GPU-hours are projected from it (training only: evaluation passes and st
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.cell_throughput import emit_json
 from trainers import load_corpus
 from trainers.training import TrainingRun
 from tuner.space import trial_setup
@@ -179,11 +179,7 @@ def main() -> None:
         "projection": projected_gpu_hours(study, len(corpus.train), best["tokens_per_second_total"])
         | {"at_packing": best["concurrent_trials"]},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+    emit_json(result, args.output)
 
 
 if __name__ == "__main__":

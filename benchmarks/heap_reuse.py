@@ -15,7 +15,6 @@ step, and the default policy's time over the kept one's.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import resource
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.cell_throughput import describe_machine
+from benchmarks.cell_throughput import describe_machine, emit_json
 from models import LanguageModel, ModelConfig, detach_state, solve_hidden_size
 from trainers import DynamicEvaluationConfig, dynamic_cross_entropy
 from trainers.heap import keep_freed_memory
@@ -134,10 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "parameter_budget": arguments.parameter_budget},
         **results,
     }
-    text = json.dumps(output, indent=1)
-    if arguments.output is not None:
-        arguments.output.write_text(text + "\n")
-    print(text)
+    emit_json(output, arguments.output, indent=1)
     return output
 
 

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from benchmarks.cell_throughput import emit_json
 from models import ModelConfig, solve_hidden_size
 from trainers import (
     Corpus,
@@ -439,10 +440,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "models": records,
     }
-    text = json.dumps(output, indent=1)
-    if arguments.output is not None:
-        arguments.output.write_text(text + "\n")
-    print(text)
+    emit_json(output, arguments.output, indent=1)
     return output
 
 

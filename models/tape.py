@@ -107,7 +107,7 @@ class Tape:
         self._grads.setdefault(module, []).append(grad_outputs)
         weight = self._weights[module][0].detach()
         if grad_outputs.device.type == "cpu" and (_MKL_FOR_GRADIENTS or not _uses_onednn(grad_outputs, weight)):
-            return grad_outputs @ weight  # no transposed copy: for a few rows it would cost more than the product
+            return grad_outputs @ weight  # MKL, or too few rows to pay for oneDNN's transposed copy
         transposed = self._transposed.get(module)
         if transposed is None:  # oneDNN is much faster with a contiguous right operand
             transposed = self._transposed[module] = weight.t().contiguous()
