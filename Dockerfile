@@ -11,10 +11,11 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     OMP_NUM_THREADS=1 \
     LM_TUNER_HOME=/data \
-    LM_TUNER_ARTIFACTS=/data/artifacts
+    LM_TUNER_ARTIFACTS=/data/artifacts \
+    TORCH_EXTENSIONS_DIR=/data/torch_extensions
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends curl \
+    && apt-get install -y --no-install-recommends curl g++ \
     && rm -rf /var/lib/apt/lists/*
 
 # torch first, from the index matching the variant, so the project's dependencies never pull another build

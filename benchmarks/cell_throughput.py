@@ -117,7 +117,8 @@ def synchronize(device: torch.device) -> None:
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 WARMUP_NOTE = {
-    "cpu": "none: the fast path runs eager kernels, so there is nothing to compile or cache",
+    "cpu": "the first mogrifier window builds the C++ mogrifier kernel (models/csrc/mogrifier_cpu.cpp) with the "
+           "machine's compiler into TORCH_EXTENSIONS_DIR (cached on disk, so a second process loads it)",
     "cuda": "the first training step compiles the fused mogrifier kernels with Triton (models.mogrifier_kernels; "
             "cached on disk, so a second process loads them) and captures a CUDA graph per layer and window "
             "shape (models.cuda_graphs)",
@@ -160,7 +161,7 @@ def summarise(seconds: dict[str, list[float]], flops: dict[str, int], reference:
 
 
 def measure_warmup(family: str, device: str, threads: int, precision: str) -> dict[str, float]:
-    """First training steps of a model in fresh processes sharing a new Triton cache.
+    """First training steps of a model in fresh processes sharing new Triton and C++ extension caches.
 
     In the first process (cold) and a second model in it (warm), then in a second process (a later
     trial on the same machine, which finds the compiled kernels on disk).
@@ -190,7 +191,7 @@ def measure_warmup(family: str, device: str, threads: int, precision: str) -> di
         for process in ("first_process", "second_process"):
             output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                                     cwd=Path(__file__).resolve().parent.parent,
-                                    env=os.environ | {"TRITON_CACHE_DIR": cache})
+                                    env=os.environ | {"TRITON_CACHE_DIR": cache, "TORCH_EXTENSIONS_DIR": cache})
             runs = json.loads(output.stdout.strip().splitlines()[-1])
             for run in ("cold", "warm"):
                 runs[run + "_warmup_seconds"] = runs[run + "_first_step_seconds"] - runs[run + "_later_step_seconds"]

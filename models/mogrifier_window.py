@@ -1,10 +1,12 @@
-"""The mogrifier over one window, step by step: the reference math, or one Triton kernel per step on a GPU.
+"""The mogrifier over one window, step by step: the reference math, or one fused call per step.
 
 A recurrent layer asks `mogrifier_window` for the object that mogrifies each step's (x, h) and later
-takes each step's gradients back; both kinds apply the state-dropout mask to h first. The fused kind
-(models/mogrifier_kernels.py) serves float32 windows on CUDA with low-rank factors when Triton is
-installed (it comes with PyTorch's CUDA builds); everything else, and every autograd (reference)
-run, takes the per-step reference math of `Mogrifier`.
+takes each step's gradients back; all kinds apply the state-dropout mask to h first. Low-rank
+mogrifiers on the fast path take a fused kind, which runs every round of a step in one call and keeps
+the window's values in one layout (models/mogrifier_kernels.py): on a GPU one Triton kernel per step
+(float32, Triton installed: PyTorch's CUDA builds bring it), on a CPU the C++ kernel of
+models/csrc/mogrifier_cpu.cpp (float32 and float64, where it could be built). Everything else, and
+every autograd (reference) run, takes the per-step reference math of `Mogrifier`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import torch
 from torch import Tensor
 
 from models.cells import Cache, Mogrifier
+from models.cpu_kernels import mogrifier_extension
 from models.tape import Linear, Tape
 from models.triton_support import matmul_precision, on_device_of, triton_serves
 
 ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs
 LAUNCH = dict(CHUNK=128, num_warps=4, num_stages=1)  # the fastest timed on an H100 (benchmarks/mogrifier_kernels.py)
 MAX_FUSED_RANK = 128
-"""Above this the kernels' tiles need over 100 KB of shared memory (156 KB at rank 256 on sm_90), more
-than many GPUs have; such mogrifiers take the reference math."""
+"""Above this the Triton kernels' tiles need over 100 KB of shared memory (156 KB at rank 256 on sm_90),
+more than many GPUs have; such mogrifiers take the reference math on a GPU."""
 
 
 class MogrifierWindow(Protocol):
@@ -45,13 +48,27 @@ def mogrifier_window(mogrifier: Mogrifier, linear: Linear, inputs: Tensor, state
                      ) -> MogrifierWindow:
     if fused_kernel_serves(mogrifier, linear, inputs):
         return FusedWindow(mogrifier, linear, inputs, state_mask)
+    if cpu_kernel_serves(mogrifier, linear, inputs):
+        return CpuKernelWindow(mogrifier, linear, inputs, state_mask)
     return ReferenceWindow(mogrifier, linear, inputs, state_mask)
 
 
-def fused_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
+def _rank(mogrifier: Mogrifier) -> int | None:
+    """The rank of the low-rank factors, None for a full-rank mogrifier."""
     maps = mogrifier.projections[0].maps
-    low_rank = len(maps) == 2 and maps[0].out_features <= MAX_FUSED_RANK
-    return triton_serves(inputs) and isinstance(linear, Tape) and low_rank
+    return maps[0].out_features if len(maps) == 2 else None
+
+
+def fused_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
+    """Whether the Triton kernels take this window."""
+    rank = _rank(mogrifier)
+    return triton_serves(inputs) and isinstance(linear, Tape) and rank is not None and rank <= MAX_FUSED_RANK
+
+
+def cpu_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
+    """Whether the C++ kernel takes this window (building it on first asking)."""
+    return (inputs.device.type == "cpu" and inputs.dtype in (torch.float32, torch.float64)
+            and isinstance(linear, Tape) and _rank(mogrifier) is not None and mogrifier_extension() is not None)
 
 
 class ReferenceWindow:
@@ -74,16 +91,10 @@ class ReferenceWindow:
         pass
 
 
-class FusedWindow:
-    """All rounds of a step in one kernel launch, forward and backward (see models/mogrifier_kernels.py)."""
+class WindowLayout:
+    """The fused kinds' storage of a window (see models/mogrifier_kernels.py) and what they hand the tape."""
 
-    def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None,
-                 launch: dict | None = None) -> None:
-        from models import mogrifier_kernels
-
-        self.kernels = mogrifier_kernels
-        self.launch = LAUNCH if launch is None else launch
-        self.state_mask = state_mask
+    def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor) -> None:
         self.lefts = [projection.maps[0] for projection in mogrifier.projections]
         self.rights = [projection.maps[1] for projection in mogrifier.projections]
         self.rounds = len(self.lefts)
@@ -95,15 +106,9 @@ class FusedWindow:
         gate_elements = self.window * self.batch * sum(self.dims[:-2])
         self.gates = self._blocks(inputs.new_empty(gate_elements), self.dims[:-2])
         self.z = inputs.new_empty(self.rounds, self.window, self.batch, self.rank)
-        with torch.no_grad():
-            self.left_t = torch.cat([m.weight.t().reshape(-1) for m in self.lefts])
-            self.right_t = torch.cat([m.weight.t().reshape(-1) for m in self.rights])
-            self.bias = torch.cat([m.bias for m in self.rights])
-            if tape.record:  # what the backward pass reads and writes
-                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
-                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
-                self.d_pre = self._blocks(inputs.new_empty(gate_elements), self.dims[:-2])
-                self.d_z = torch.empty_like(self.z)
+        if tape.record:  # what the backward pass writes
+            self.d_pre = self._blocks(inputs.new_empty(gate_elements), self.dims[:-2])
+            self.d_z = torch.empty_like(self.z)
         for r in range(self.rounds):
             tape.add_inputs(self.lefts[r], self.values[r + 1])
             tape.add_inputs(self.rights[r], self.z[r])
@@ -117,6 +122,34 @@ class FusedWindow:
             blocks.append(flat[start : start + size].view(self.window, self.batch, dim))
             start += size
         return blocks
+
+    def mogrified(self, step: int) -> tuple[Tensor, Tensor]:
+        return self.values[self.last_x][step], self.values[self.last_h][step]
+
+    def finish_backward(self, tape: Tape) -> None:
+        for r in range(self.rounds):
+            tape.add_grads(self.rights[r], self.d_pre[r])
+            tape.add_grads(self.lefts[r], self.d_z[r])
+
+
+class FusedWindow(WindowLayout):
+    """All rounds of a step in one Triton kernel launch, forward and backward (see models/mogrifier_kernels.py)."""
+
+    def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None,
+                 launch: dict | None = None) -> None:
+        from models import mogrifier_kernels
+
+        super().__init__(mogrifier, tape, inputs)
+        self.kernels = mogrifier_kernels
+        self.launch = LAUNCH if launch is None else launch
+        self.state_mask = state_mask
+        with torch.no_grad():
+            self.left_t = torch.cat([m.weight.t().reshape(-1) for m in self.lefts])
+            self.right_t = torch.cat([m.weight.t().reshape(-1) for m in self.rights])
+            self.bias = torch.cat([m.bias for m in self.rights])
+            if tape.record:
+                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
+                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
 
     def _launch_shape(self) -> dict:
         return dict(E=self.input_size, H=self.hidden_size, K=self.rank, ROUNDS=self.rounds,
@@ -133,7 +166,7 @@ class FusedWindow:
                 self.values[0], self.gates[0], self.z, h, h if mask is None else mask.contiguous(),  # h: unread
                 self.left_t, self.right_t, self.bias, step, self.batch, self.window,
                 HAS_MASK=mask is not None, **self._launch_shape())
-        return self.values[self.last_x][step], self.values[self.last_h][step]
+        return self.mogrified(step)
 
     def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
         dx, dh = dx.contiguous(), dh.contiguous()
@@ -143,7 +176,23 @@ class FusedWindow:
                 self.batch, self.window, **self._launch_shape())
         return dx, dh
 
-    def finish_backward(self, tape: Tape) -> None:
-        for r in range(self.rounds):
-            tape.add_grads(self.rights[r], self.d_pre[r])
-            tape.add_grads(self.lefts[r], self.d_z[r])
+
+class CpuKernelWindow(WindowLayout):
+    """All rounds of a step in one call of the C++ kernel, forward and backward (models/csrc/mogrifier_cpu.cpp)."""
+
+    def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None) -> None:
+        super().__init__(mogrifier, tape, inputs)
+        self.state_mask = None if state_mask is None else state_mask.contiguous()
+        detached = [[m.weight.detach() for m in self.lefts], [m.weight.detach() for m in self.rights],
+                    [m.bias.detach() for m in self.rights]]
+        gradients = (self.d_pre, self.d_z) if tape.record else ([], self.z.new_empty(0))
+        self.kernel = mogrifier_extension().MogrifierWindow(self.values, self.gates, self.z, *detached, *gradients)
+
+    def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
+        self.kernel.forward(step, h.contiguous(), self.state_mask)
+        return self.mogrified(step)
+
+    def backward(self, tape: Tape, step: int, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
+        dx, dh = dx.contiguous(), dh.contiguous()
+        self.kernel.backward(step, dx, dh)
+        return dx, dh

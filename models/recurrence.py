@@ -4,10 +4,10 @@ The loop over time is the same for both paths (`RecurrentLayer.run`); they diffe
 are applied and differentiated. The reference path is plain autograd. The fast path, used by
 default, is one autograd node per layer and window: the forward loop runs without building a graph,
 and the backward loop applies each cell's hand-derived gradient, then computes every weight
-gradient as a single matrix multiply over the window (see models/tape.py). On a GPU its element-wise
-work runs as Triton kernels: all rounds of a mogrifier step in one launch each way
-(models/mogrifier_window.py) and the LSTM update in one (models/lstm_kernels.py). On a CPU it needs
-no compilation at all; on a GPU Triton compiles those kernels on first use and caches them on disk.
+gradient as a single matrix multiply over the window (see models/tape.py). All rounds of a low-rank
+mogrifier step run in one call each way (models/mogrifier_window.py): a Triton kernel on a GPU, a C++
+kernel on a CPU. On a GPU the LSTM update is one Triton kernel too (models/lstm_kernels.py). Both
+kinds are compiled on first use and cached on disk (models/cpu_kernels.py, Triton's own cache).
 """
 
 from __future__ import annotations
