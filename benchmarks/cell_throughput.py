@@ -117,8 +117,8 @@ def synchronize(device: torch.device) -> None:
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 WARMUP_NOTE = {
-    "cpu": "the first mogrifier window builds the C++ mogrifier kernel (models/csrc/mogrifier_cpu.cpp) with the "
-           "machine's compiler into TORCH_EXTENSIONS_DIR (cached on disk, so a second process loads it)",
+    "cpu": "the first window builds the C++ kernels (models/csrc/cpu_kernels.cpp) with the machine's compiler "
+           "into TORCH_EXTENSIONS_DIR (cached on disk, so a second process loads them)",
     "cuda": "the first training step compiles the fused mogrifier kernels with Triton (models.mogrifier_kernels; "
             "cached on disk, so a second process loads them) and captures a CUDA graph per layer and window "
             "shape (models.cuda_graphs)",

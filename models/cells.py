@@ -18,6 +18,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from models import cpu_kernels
 from models.tape import Linear, Tape
 from models.triton_support import triton_serves
 
@@ -54,12 +55,17 @@ def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: 
                 ) -> tuple[Tensor, Tensor, Cache]:
     """h, c from pre-activations x_term + h_term ordered (i, f, o, j); with the cap the input gate is min(i, 1 - f).
 
-    Outside autograd, float32 GPU tensors take one Triton kernel (models/lstm_kernels.py) instead.
+    Outside autograd, float32 GPU tensors take one Triton kernel (models/lstm_kernels.py) instead, and
+    CPU tensors the C++ kernel (models/cpu_kernels.py) where it could be built.
     """
-    if triton_serves(x_term, h_term, c_prev) and not _under_autograd(x_term, h_term, c_prev):
-        from models import lstm_kernels
+    if not _under_autograd(x_term, h_term, c_prev):
+        if triton_serves(x_term, h_term, c_prev):
+            from models import lstm_kernels
 
-        return lstm_kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
+            return lstm_kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
+        if (kernels := cpu_kernels.serving(x_term, h_term, c_prev)) is not None:
+            h, c, sigmoids, j, i_used, tanh_c = kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
+            return h, c, (sigmoids, j, i_used, c_prev, tanh_c)
     gates = x_term + h_term
     hidden = c_prev.shape[1]
     sigmoids = torch.sigmoid(gates[:, : 3 * hidden])
@@ -81,6 +87,8 @@ def lstm_update_backward(cache: Cache, dh: Tensor, dc: Tensor, cap_input_gate: b
         from models import lstm_kernels
 
         return lstm_kernels.lstm_update_backward(cache, dh, dc, cap_input_gate)
+    if (kernels := cpu_kernels.serving(dh, dc)) is not None:
+        return tuple(kernels.lstm_update_backward(*cache, dh, dc, cap_input_gate))
     sigmoids, j, i_used, c_prev, tanh_c = cache
     i, f, o = sigmoids.chunk(3, dim=1)
     dc = torch.addcmul(dc, dh * o, 1.0 - tanh_c * tanh_c)

@@ -5,7 +5,7 @@ takes each step's gradients back; all kinds apply the state-dropout mask to h fi
 mogrifiers on the fast path take a fused kind, which runs every round of a step in one call and keeps
 the window's values in one layout (models/mogrifier_kernels.py): on a GPU one Triton kernel per step
 (float32, Triton installed: PyTorch's CUDA builds bring it), on a CPU the C++ kernel of
-models/csrc/mogrifier_cpu.cpp (float32 and float64, where it could be built). Everything else, and
+models/csrc/cpu_kernels.cpp (float32 and float64, where it could be built). Everything else, and
 every autograd (reference) run, takes the per-step reference math of `Mogrifier`.
 """
 
@@ -16,8 +16,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from models import cpu_kernels
 from models.cells import Cache, Mogrifier
-from models.cpu_kernels import mogrifier_extension
 from models.tape import Linear, Tape
 from models.triton_support import matmul_precision, on_device_of, triton_serves
 
@@ -67,8 +67,7 @@ def fused_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) ->
 
 def cpu_kernel_serves(mogrifier: Mogrifier, linear: Linear, inputs: Tensor) -> bool:
     """Whether the C++ kernel takes this window (building it on first asking)."""
-    return (inputs.device.type == "cpu" and inputs.dtype in (torch.float32, torch.float64)
-            and isinstance(linear, Tape) and _rank(mogrifier) is not None and mogrifier_extension() is not None)
+    return isinstance(linear, Tape) and _rank(mogrifier) is not None and cpu_kernels.serving(inputs) is not None
 
 
 class ReferenceWindow:
@@ -178,7 +177,7 @@ class FusedWindow(WindowLayout):
 
 
 class CpuKernelWindow(WindowLayout):
-    """All rounds of a step in one call of the C++ kernel, forward and backward (models/csrc/mogrifier_cpu.cpp)."""
+    """All rounds of a step in one call of the C++ kernel, forward and backward (models/csrc/cpu_kernels.cpp)."""
 
     def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None) -> None:
         super().__init__(mogrifier, tape, inputs)
@@ -186,7 +185,8 @@ class CpuKernelWindow(WindowLayout):
         detached = [[m.weight.detach() for m in self.lefts], [m.weight.detach() for m in self.rights],
                     [m.bias.detach() for m in self.rights]]
         gradients = (self.d_pre, self.d_z) if tape.record else ([], self.z.new_empty(0))
-        self.kernel = mogrifier_extension().MogrifierWindow(self.values, self.gates, self.z, *detached, *gradients)
+        extension = cpu_kernels.cpu_extension()
+        self.kernel = extension.MogrifierWindow(self.values, self.gates, self.z, *detached, *gradients)
 
     def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
         self.kernel.forward(step, h.contiguous(), self.state_mask)

@@ -1,6 +1,6 @@
-"""The C++ mogrifier kernel for CPUs (models/csrc/mogrifier_cpu.cpp) against the reference path.
+"""The C++ kernels for CPUs (models/csrc/cpu_kernels.cpp) against the reference path.
 
-Shapes cover unequal x and h widths, odd and even round counts, batches of one row and batches that
+Mogrifier shapes cover unequal x and h widths, odd and even round counts, batches of one row and batches that
 two threads split unevenly, the state-dropout mask, both capped and uncapped input gates, and both
 mogrifier families. In float64 the two paths agree to rounding; in float32 the kernel's matrix
 multiplies run per slice of rows, so sums are ordered differently.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import ModelConfig, cpu_kernels
+from models import ModelConfig, cells, cpu_kernels
 from models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
 from models.recurrence import RecurrentLayer, variational_mask
 from models.tape import Tape, autograd_linear
@@ -28,7 +28,7 @@ SHAPES = [  # family, rounds, rank, input size, hidden size, batch, masked, capp
 ]
 SHAPE_IDS = [f"{s[0]}-r{s[1]}-k{s[2]}-{s[3]}x{s[4]}-b{s[5]}" for s in SHAPES]
 
-needs_kernel = pytest.mark.skipif(cpu_kernels.mogrifier_extension() is None,
+needs_kernel = pytest.mark.skipif(cpu_kernels.cpu_extension() is None,
                                   reason="the C++ kernel could not be built here (see the warning)")
 
 
@@ -106,22 +106,58 @@ def test_the_kernel_serves_low_rank_cpu_windows_on_the_fast_path_only():
     assert not cpu_kernel_serves(mogrifier(4), Tape(), inputs.half())
 
 
+@needs_kernel
+@pytest.mark.parametrize("cap", [True, False])
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-12), (torch.float32, 1e-6)], ids=["f64", "f32"])
+def test_the_lstm_update_matches_its_pytorch_formulas(dtype, tolerance, cap, monkeypatch):
+    """On column slices of wider rows, as the mLSTM passes them; both ways round, caches interchangeable."""
+    generator = torch.Generator().manual_seed(0)
+    batch, hidden = 5, 7
+    x_term = torch.randn(batch, 5 * hidden, dtype=dtype, generator=generator)[:, : 4 * hidden]
+    h_term = torch.randn(batch, 4 * hidden, dtype=dtype, generator=generator)
+    c_prev, dh, dc = (torch.randn(batch, hidden, dtype=dtype, generator=generator) for _ in range(3))
+    kernel_forward = cells.lstm_update(x_term, h_term, c_prev, cap)
+    kernel_backward = cells.lstm_update_backward(kernel_forward[2], dh, dc, cap)
+    monkeypatch.setattr(cpu_kernels, "serving", lambda *tensors: None)
+    python_forward = cells.lstm_update(x_term, h_term, c_prev, cap)
+    python_backward = cells.lstm_update_backward(python_forward[2], dh, dc, cap)
+    flat = [*kernel_forward[:2], *kernel_forward[2], *kernel_backward]
+    expected = [*python_forward[:2], *python_forward[2], *python_backward]
+    assert cap == bool((python_forward[2][2] < python_forward[2][0][:, :hidden]).any())  # the cap was taken
+    for a, b in zip(flat, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+@needs_kernel
+def test_the_fast_path_takes_the_lstm_update_kernel(monkeypatch):
+    calls = []
+    for name in ("lstm_update", "lstm_update_backward"):
+        original = getattr(cpu_kernels.cpu_extension(), name)
+        monkeypatch.setattr(cpu_kernels.cpu_extension(), name,
+                            lambda *args, name=name, original=original: (calls.append(name), original(*args))[1])
+    layer, window = _layer_and_window("lstm", 0, 0, 6, 6, 3, True, True, dtype=torch.float64)
+    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    assert calls == ["lstm_update"] * 5 + ["lstm_update_backward"] * 5
+    for a, b in zip(fast, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def test_without_a_compiler_the_fast_path_warns_and_keeps_the_per_step_math(monkeypatch):
     def no_compiler(**kwargs):
         raise RuntimeError("Error building extension: c++: not found")
 
     monkeypatch.setattr("torch.utils.cpp_extension.load", no_compiler)
-    cpu_kernels.mogrifier_extension.cache_clear()
+    cpu_kernels.cpu_extension.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="c\\+\\+: not found.*slower per-step PyTorch path"):
-            assert cpu_kernels.mogrifier_extension() is None
+        with pytest.warns(RuntimeWarning, match="c\\+\\+: not found.*slower PyTorch operations"):
+            assert cpu_kernels.cpu_extension() is None
         layer, window = _layer_and_window(*SHAPES[0], dtype=torch.float64)
         assert isinstance(mogrifier_window(layer.mogrifier, Tape(), window[0], window[3]), ReferenceWindow)
         fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
         for a, b in zip(fast, reference, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     finally:
-        cpu_kernels.mogrifier_extension.cache_clear()
+        cpu_kernels.cpu_extension.cache_clear()
 
 
 @needs_kernel
@@ -130,8 +166,8 @@ def test_a_later_process_loads_the_cached_build_instead_of_compiling(tmp_path):
     script = (
         "import json, time\n"
         "started = time.perf_counter()\n"
-        "from models.cpu_kernels import mogrifier_extension\n"
-        "module = mogrifier_extension()\n"
+        "from models.cpu_kernels import cpu_extension\n"
+        "module = cpu_extension()\n"
         "print(json.dumps({'seconds': time.perf_counter() - started, 'file': module.__file__}))\n"
     )
     env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "PYTHONPATH": str(ROOT),

@@ -1,0 +1,230 @@
+// The fast path's CPU kernels: all rounds of a mogrifier step in one call, and the LSTM's element-wise
+// update, forward and backward, with the batch rows split among torch's threads.
+//
+// Every batch row is mogrified independently, so each thread takes a slice of the rows through every
+// round with single-threaded matrix multiplies: one fork per step instead of one per operation, no
+// Python between the operations, and the element-wise work of a round in one pass. The layout is models/mogrifier_kernels.py's: value block j holds
+// (T, B, D_j), block 0 the inputs, block 1 the state-masked h, block r + 2 round r's result; gates,
+// d_pre hold round r at block r; z, d_z are (rounds, T, B, K).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/python.h>
+
+#include <vector>
+
+namespace {
+
+using Tensors = std::vector<at::Tensor>;
+
+// gate <- 2 gate (gate holds sigma(p)); after <- gate * before.
+template <typename T>
+void gate_and_apply(T* __restrict__ gate, const T* __restrict__ before, T* __restrict__ after, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = 2 * gate[i];
+    gate[i] = g;
+    after[i] = g * before[i];
+  }
+}
+
+// d_pre <- d_target * before * d(2 sigma(p))/dp, with d(2 sigma(p))/dp = 2 sigma (1 - sigma) = g - g^2 / 2;
+// d_target <- d_target * gate.
+template <typename T>
+void through_gate(const T* __restrict__ gate, const T* __restrict__ before, T* __restrict__ d_target,
+                  T* __restrict__ d_pre, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = gate[i], d = d_target[i];
+    d_pre[i] = d * before[i] * (g - g * g / 2);
+    d_target[i] = d * g;
+  }
+}
+
+// Runs body(first_row, rows) on one slice of the batch per thread. Splitting paid even at one row per
+// thread (2 threads, E = H = 512, k = 40: a step 1.2x faster at batch 2, 1.3x at batch 32). Worker
+// threads do not inherit the caller's grad mode, and inputs may require grad: no thread records any.
+template <typename Body>
+void for_row_slices(int64_t batch, const Body& body) {
+  const int64_t threads = at::get_num_threads();
+  at::parallel_for(0, batch, (batch + threads - 1) / threads, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;
+    body(begin, end - begin);
+  });
+}
+
+// The LSTM's element-wise update (models.cells.lstm_update) on gate pre-activations x_term + h_term,
+// ordered (i, f, o, j) by columns, which may be column slices of wider rows. tanh(x) is computed as
+// 2 sigma(2x) - 1, as in Python, through ATen's vectorised sigmoid; everything else in one pass per row.
+std::vector<at::Tensor> lstm_update(const at::Tensor& x_term, const at::Tensor& h_term, const at::Tensor& c_prev_in,
+                                    bool cap_input_gate) {
+  const at::Tensor c_prev = c_prev_in.contiguous();
+  const int64_t batch = c_prev.size(0), hidden = c_prev.size(1);
+  at::Tensor activations = at::empty({batch, 4 * hidden}, c_prev.options());  // sigma(i, f, o), sigma(2 j)
+  at::Tensor h = at::empty_like(c_prev), c = at::empty_like(c_prev), j = at::empty_like(c_prev);
+  at::Tensor i_used = at::empty_like(c_prev), tanh_c = at::empty_like(c_prev);
+  AT_DISPATCH_FLOATING_TYPES(c_prev.scalar_type(), "lstm_update", [&] {
+    using T = scalar_t;
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {
+      for (int64_t row = first; row < first + rows; ++row) {
+        const T* __restrict__ x = x_term.data_ptr<T>() + row * x_term.stride(0);
+        const T* __restrict__ y = h_term.data_ptr<T>() + row * h_term.stride(0);
+        T* __restrict__ a = activations.data_ptr<T>() + row * 4 * hidden;
+        for (int64_t k = 0; k < 3 * hidden; ++k) a[k] = x[k] + y[k];
+        for (int64_t k = 3 * hidden; k < 4 * hidden; ++k) a[k] = 2 * (x[k] + y[k]);
+      }
+      at::Tensor slice = activations.narrow(0, first, rows);
+      at::sigmoid_out(slice, slice);
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        const T* __restrict__ a = activations.data_ptr<T>() + row * 4 * hidden;
+        const T* __restrict__ cp = c_prev.data_ptr<T>() + at_row;
+        T* __restrict__ jj = j.data_ptr<T>() + at_row;
+        T* __restrict__ iu = i_used.data_ptr<T>() + at_row;
+        T* __restrict__ cc = c.data_ptr<T>() + at_row;
+        T* __restrict__ twice_c = tanh_c.data_ptr<T>() + at_row;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T i = a[k], f = a[hidden + k], g = 2 * a[3 * hidden + k] - 1;
+          const T used = cap_input_gate ? std::min(i, 1 - f) : i;
+          const T cell = f * cp[k] + used * g;
+          jj[k] = g;
+          iu[k] = used;
+          cc[k] = cell;
+          twice_c[k] = 2 * cell;
+        }
+      }
+      at::Tensor tanh_slice = tanh_c.narrow(0, first, rows);
+      at::sigmoid_out(tanh_slice, tanh_slice);
+      for (int64_t row = first; row < first + rows; ++row) {
+        const T* __restrict__ o = activations.data_ptr<T>() + row * 4 * hidden + 2 * hidden;
+        T* __restrict__ t = tanh_c.data_ptr<T>() + row * hidden;
+        T* __restrict__ hh = h.data_ptr<T>() + row * hidden;
+        for (int64_t k = 0; k < hidden; ++k) {
+          t[k] = 2 * t[k] - 1;
+          hh[k] = o[k] * t[k];
+        }
+      }
+    });
+  });
+  return {h, c, activations.narrow(1, 0, 3 * hidden), j, i_used, tanh_c};
+}
+
+// Its gradient (models.cells.lstm_update_backward): those of the gate pre-activations and of c_prev,
+// given those of h and c.
+std::vector<at::Tensor> lstm_update_backward(const at::Tensor& sigmoids, const at::Tensor& j_in,
+                                             const at::Tensor& i_used_in, const at::Tensor& c_prev_in,
+                                             const at::Tensor& tanh_c_in, const at::Tensor& dh_in,
+                                             const at::Tensor& dc_in, bool cap_input_gate) {
+  const at::Tensor j = j_in.contiguous(), i_used = i_used_in.contiguous(), c_prev = c_prev_in.contiguous();
+  const at::Tensor tanh_c = tanh_c_in.contiguous(), dh = dh_in.contiguous(), dc = dc_in.contiguous();
+  const int64_t batch = dh.size(0), hidden = dh.size(1);
+  at::Tensor d_gates = at::empty({batch, 4 * hidden}, dh.options()), dc_prev = at::empty_like(dh);
+  AT_DISPATCH_FLOATING_TYPES(dh.scalar_type(), "lstm_update_backward", [&] {
+    using T = scalar_t;
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        const T* __restrict__ s = sigmoids.data_ptr<T>() + row * sigmoids.stride(0);
+        const T *__restrict__ jj = j.data_ptr<T>() + at_row, *__restrict__ iu = i_used.data_ptr<T>() + at_row;
+        const T *__restrict__ cp = c_prev.data_ptr<T>() + at_row, *__restrict__ t = tanh_c.data_ptr<T>() + at_row;
+        const T *__restrict__ gh = dh.data_ptr<T>() + at_row, *__restrict__ gc = dc.data_ptr<T>() + at_row;
+        T* __restrict__ dg = d_gates.data_ptr<T>() + row * 4 * hidden;
+        T* __restrict__ dcp = dc_prev.data_ptr<T>() + at_row;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T i = s[k], f = s[hidden + k], o = s[2 * hidden + k];
+          const T d_c = gc[k] + gh[k] * o * (1 - t[k] * t[k]);
+          T d_i = d_c * jj[k], d_f = d_c * cp[k];
+          if (cap_input_gate && iu[k] < i) {  // min(i, 1 - f) took 1 - f: its gradient goes to f, negated
+            d_f -= d_i;
+            d_i = 0;
+          }
+          dg[k] = d_i * i * (1 - i);
+          dg[hidden + k] = d_f * f * (1 - f);
+          dg[2 * hidden + k] = gh[k] * t[k] * o * (1 - o);
+          dg[3 * hidden + k] = d_c * iu[k] * (1 - jj[k] * jj[k]);
+          dcp[k] = d_c * f;
+        }
+      }
+    });
+  });
+  return {d_gates, dc_prev};
+}
+
+class MogrifierWindow {
+ public:
+  MogrifierWindow(Tensors values, Tensors gates, at::Tensor z, Tensors lefts, Tensors rights, Tensors biases,
+                  Tensors d_pre, at::Tensor d_z)
+      : values_(std::move(values)), gates_(std::move(gates)), z_(std::move(z)), lefts_(std::move(lefts)),
+        rights_(std::move(rights)), biases_(std::move(biases)), d_pre_(std::move(d_pre)), d_z_(std::move(d_z)) {
+    for (size_t r = 0; r < lefts_.size(); ++r) {
+      lefts_t_.push_back(lefts_[r].t().contiguous());
+      rights_t_.push_back(rights_[r].t().contiguous());
+    }
+  }
+
+  // Writes block 1 (h times the mask) and every round's z, gate and result at `step`.
+  void forward(int64_t step, const at::Tensor& h, const c10::optional<at::Tensor>& mask) {
+    const int64_t rounds = static_cast<int64_t>(lefts_.size());
+    for_row_slices(h.size(0), [&](int64_t first, int64_t rows) {
+      auto slice = [&](const at::Tensor& t) { return t.select(0, step).narrow(0, first, rows); };
+      at::Tensor h_seen = slice(values_[1]);
+      if (mask.has_value()) {
+        at::mul_out(h_seen, h.narrow(0, first, rows), mask->narrow(0, first, rows));
+      } else {
+        h_seen.copy_(h.narrow(0, first, rows));
+      }
+      for (int64_t r = 0; r < rounds; ++r) {
+        at::Tensor z = slice(z_[r]);
+        at::mm_out(z, slice(values_[r + 1]), lefts_t_[r]);
+        at::Tensor gate = slice(gates_[r]);
+        at::addmm_out(gate, biases_[r], z, rights_t_[r]);
+        at::sigmoid_out(gate, gate);
+        const at::Tensor before = slice(values_[r]);
+        at::Tensor after = slice(values_[r + 2]);
+        AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "mogrify_forward", [&] {
+          gate_and_apply(gate.data_ptr<scalar_t>(), before.data_ptr<scalar_t>(), after.data_ptr<scalar_t>(),
+                         gate.numel());
+        });
+      }
+    });
+  }
+
+  // Rounds in reverse: turns the gradients of the mogrified (x, h), updated in place, into those of the
+  // step's x and state-masked h, and writes every round's d_pre and d_z at `step`.
+  void backward(int64_t step, at::Tensor& d_x, at::Tensor& d_h) {
+    const int64_t rounds = static_cast<int64_t>(lefts_.size());
+    for_row_slices(d_x.size(0), [&](int64_t first, int64_t rows) {
+      auto slice = [&](const at::Tensor& t) { return t.select(0, step).narrow(0, first, rows); };
+      at::Tensor dx = d_x.narrow(0, first, rows), dh = d_h.narrow(0, first, rows);
+      for (int64_t r = rounds - 1; r >= 0; --r) {
+        at::Tensor& d_target = r % 2 == 0 ? dx : dh;
+        at::Tensor& d_source = r % 2 == 0 ? dh : dx;
+        const at::Tensor gate = slice(gates_[r]), before = slice(values_[r]);
+        at::Tensor d_pre = slice(d_pre_[r]);
+        AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "mogrify_backward", [&] {
+          through_gate(gate.data_ptr<scalar_t>(), before.data_ptr<scalar_t>(), d_target.data_ptr<scalar_t>(),
+                       d_pre.data_ptr<scalar_t>(), gate.numel());
+        });
+        at::Tensor d_z = slice(d_z_[r]);
+        at::mm_out(d_z, d_pre, rights_[r]);
+        d_source.addmm_(d_z, lefts_[r]);
+      }
+    });
+  }
+
+ private:
+  Tensors values_, gates_;
+  at::Tensor z_;
+  Tensors lefts_, rights_, biases_, d_pre_;
+  at::Tensor d_z_;
+  Tensors lefts_t_, rights_t_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  pybind11::class_<MogrifierWindow>(module, "MogrifierWindow")
+      .def(pybind11::init<Tensors, Tensors, at::Tensor, Tensors, Tensors, Tensors, Tensors, at::Tensor>())
+      .def("forward", &MogrifierWindow::forward)
+      .def("backward", &MogrifierWindow::backward);
+  module.def("lstm_update", &lstm_update);
+  module.def("lstm_update_backward", &lstm_update_backward);
+}
