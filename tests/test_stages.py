@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 STAGED = {
     **TINY_SPEC,
     "name": "staged",
+    "fixed": {**TINY_SPEC["fixed"], "output_dropout": 0.2},  # without dropout MC evaluation is the deterministic one
     "reruns": {"top": 1, "seeds": 2},
     "evaluation": {"bptt": 10, "temperature": True, "mc_samples": 2, "mc_multiplier": 0.5},
     "dynamic_evaluation": {
