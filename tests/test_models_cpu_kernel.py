@@ -16,8 +16,9 @@ import torch
 
 from models import ModelConfig, cells, cpu_kernels
 from models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
-from models.recurrence import RecurrentLayer, variational_mask
+from models.recurrence import RecurrentLayer
 from models.tape import Tape, autograd_linear
+from tests.test_models_fast_path import layer_of, outputs_and_grads, window_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [  # family, rounds, rank, input size, hidden size, batch, masked, capped input gate
@@ -34,22 +35,8 @@ needs_kernel = pytest.mark.skipif(cpu_kernels.cpu_extension() is None,
 
 def _layer_and_window(family, rounds, rank, input_size, hidden, batch, masked, cap, dtype):
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=10, hidden_size=hidden, family=family, mogrifier_rounds=rounds,
-                         mogrifier_rank=rank, input_embedding_ratio=input_size / hidden, cap_input_gate=cap)
-    layer = RecurrentLayer(config, 0).to(dtype)
-    inputs = torch.randn(5, batch, input_size, dtype=dtype)
-    h, c = torch.randn(batch, hidden, dtype=dtype), torch.randn(batch, hidden, dtype=dtype).clamp(-1, 1)
-    mask = variational_mask(batch, hidden, 0.3, inputs) if masked else None
-    return layer, (inputs, h, c, mask)
-
-
-def _outputs_and_grads(layer, fast, inputs, h, c, mask):
-    layer.fast = fast
-    leaves = [t.detach().requires_grad_() for t in (inputs, h, c)]
-    outputs, (h_last, c_last) = layer(leaves[0], (leaves[1], leaves[2]), mask)
-    weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype).view_as(outputs)
-    loss = (outputs * weights).sum() + 0.3 * h_last.sum() + 0.7 * c_last.sum()
-    return [outputs, h_last, c_last, *torch.autograd.grad(loss, [*leaves, *layer.parameters()])]
+    return (layer_of(family, rounds, rank, cap, input_size, hidden, dtype),
+            window_of(5, batch, input_size, hidden, dtype, masked))
 
 
 def _counting_kernel_calls(monkeypatch) -> list[str]:
@@ -71,11 +58,11 @@ def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads,
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        fast = _outputs_and_grads(layer, True, *window)
+        fast = outputs_and_grads(layer, True, *window)
     finally:
         torch.set_num_threads(previous)
     assert calls.count("forward") == calls.count("backward") == window[0].shape[0]
-    reference = _outputs_and_grads(layer, False, *window)
+    reference = outputs_and_grads(layer, False, *window)
     for a, b in zip(fast, reference, strict=True):
         assert ((a - b).norm() / b.norm()).item() < tolerance
 
@@ -136,7 +123,7 @@ def test_the_fast_path_takes_the_lstm_update_kernel(monkeypatch):
         monkeypatch.setattr(cpu_kernels.cpu_extension(), name,
                             lambda *args, name=name, original=original: (calls.append(name), original(*args))[1])
     layer, window = _layer_and_window("lstm", 0, 0, 6, 6, 3, True, True, dtype=torch.float64)
-    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
     assert calls == ["lstm_update"] * 5 + ["lstm_update_backward"] * 5
     for a, b in zip(fast, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
@@ -153,7 +140,7 @@ def test_without_a_compiler_the_fast_path_warns_and_keeps_the_per_step_math(monk
             assert cpu_kernels.cpu_extension() is None
         layer, window = _layer_and_window(*SHAPES[0], dtype=torch.float64)
         assert isinstance(mogrifier_window(layer.mogrifier, Tape(), window[0], window[3]), ReferenceWindow)
-        fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+        fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
         for a, b in zip(fast, reference, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     finally:

@@ -27,14 +27,14 @@ def _layer_variants():
     return variants
 
 
-def _layer(family, rounds, rank, cap, input_size, hidden, dtype):
+def layer_of(family, rounds, rank, cap, input_size, hidden, dtype):
     """The first layer of a model whose embedding size is `input_size` (at most `hidden`)."""
     config = ModelConfig(vocab_size=10, hidden_size=hidden, family=family, mogrifier_rounds=rounds,
                          mogrifier_rank=rank, cap_input_gate=cap, input_embedding_ratio=input_size / hidden)
     return RecurrentLayer(config, 0).to(dtype)
 
 
-def _window(steps, batch, input_size, hidden, dtype, masked):
+def window_of(steps, batch, input_size, hidden, dtype, masked):
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(steps, batch, input_size, dtype=dtype, generator=generator)
     h = torch.randn(batch, hidden, dtype=dtype, generator=generator)
@@ -43,7 +43,7 @@ def _window(steps, batch, input_size, hidden, dtype, masked):
     return inputs, h, c, mask
 
 
-def _outputs_and_grads(layer, fast, inputs, h, c, mask):
+def outputs_and_grads(layer, fast, inputs, h, c, mask):
     layer.fast = fast
     inputs, h, c = (t.detach().requires_grad_() for t in (inputs, h, c))
     outputs, (h_last, c_last) = layer(inputs, (h, c), mask)
@@ -56,9 +56,9 @@ def _outputs_and_grads(layer, fast, inputs, h, c, mask):
 @pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
 def test_fast_path_matches_reference_in_double_precision(family, rounds, rank, cap, masked):
     torch.manual_seed(0)
-    layer = _layer(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64)
-    window = _window(7, 3, 5, 6, torch.float64, masked)
-    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    layer = layer_of(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64)
+    window = window_of(7, 3, 5, 6, torch.float64, masked)
+    fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
     for a, b in zip(fast, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
@@ -68,9 +68,9 @@ def test_fast_path_matches_reference_in_double_precision(family, rounds, rank, c
 def test_fast_path_matches_reference_on_cuda(family, rounds, rank, cap, masked):
     """The same equivalence on a GPU, where the fast path's kernels are cuBLAS and CUDA element-wise ones."""
     torch.manual_seed(0)
-    layer = _layer(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64).cuda()
-    window = [None if t is None else t.cuda() for t in _window(7, 3, 5, 6, torch.float64, masked)]
-    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    layer = layer_of(family, rounds, rank, cap, input_size=5, hidden=6, dtype=torch.float64).cuda()
+    window = [None if t is None else t.cuda() for t in window_of(7, 3, 5, 6, torch.float64, masked)]
+    fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
     for a, b in zip(fast, reference, strict=True):
         assert a.is_cuda
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
@@ -86,9 +86,9 @@ def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_
     monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", mkl_for_gradients)
     torch.manual_seed(0)
     rounds = 3 if family.startswith("mogrifier") else 0
-    layer = _layer(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
-    window = _window(6, batch, 128, 128, torch.float32, masked=True)
-    fast, reference = (_outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    layer = layer_of(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
+    window = window_of(6, batch, 128, 128, torch.float32, masked=True)
+    fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
     for index, (a, b) in enumerate(zip(fast, reference, strict=True)):
         if index < 3:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
@@ -99,8 +99,8 @@ def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_
 @pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
 def test_gradcheck_fast_layer(family, rounds, rank, cap, masked):
     torch.manual_seed(0)
-    layer = _layer(family, rounds, rank, cap, input_size=2, hidden=3, dtype=torch.float64)
-    inputs, h, c, mask = _window(3, 2, 2, 3, torch.float64, masked)
+    layer = layer_of(family, rounds, rank, cap, input_size=2, hidden=3, dtype=torch.float64)
+    inputs, h, c, mask = window_of(3, 2, 2, 3, torch.float64, masked)
     names = [name for name, _ in layer.named_parameters()]
 
     def run(inputs, h, c, *parameters):
@@ -173,8 +173,8 @@ def test_torch_func_transforms_fall_back_to_the_reference_path():
 def test_fast_path_without_gradients_matches_the_recorded_forward(family):
     torch.manual_seed(0)
     rounds = 2 if family.startswith("mogrifier") else 0
-    layer = _layer(family, rounds, 0, True, input_size=4, hidden=4, dtype=torch.float32)
-    inputs, h, c, mask = _window(5, 3, 4, 4, torch.float32, masked=True)
+    layer = layer_of(family, rounds, 0, True, input_size=4, hidden=4, dtype=torch.float32)
+    inputs, h, c, mask = window_of(5, 3, 4, 4, torch.float32, masked=True)
     outputs, state = layer(inputs, (h, c), mask)
     with torch.no_grad():
         outputs_no_grad, state_no_grad = layer(inputs, (h, c), mask)
