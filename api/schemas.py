@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from tuner.db import TurnRecord
 from tuner.results import StudyView, TrialView
+from tuner.study_progress import StageProgress
 
 
 class CheckpointOut(BaseModel):
@@ -87,6 +88,23 @@ class TrialDetailOut(TrialOut):
     evaluations: list[EvaluationOut]
 
 
+class StageProgressOut(BaseModel):
+    stage: str = Field(description="tune, rerun or dyneval")
+    label: str = Field(description="tuning, reruns or dynamic evaluation")
+    planned: int = Field(description="trials the spec asks for in this stage")
+    settled: int = Field(description="finished trials that count against the plan (an interrupted trial is run "
+                                     "again and does not count); never more than planned")
+    running: int
+    fraction: float = Field(description="settled / planned, 0 to 1")
+    eta_seconds: float | None = Field(description="time the stage's remaining trials need at its finished "
+                                                  "trials' mean duration, run `concurrency` at a time; "
+                                                  "only for the current stage of a running study")
+
+    @classmethod
+    def of(cls, stage: StageProgress) -> StageProgressOut:
+        return cls(**{name: getattr(stage, name) for name in cls.model_fields})
+
+
 class StudyOut(BaseModel):
     name: str
     status: str
@@ -94,11 +112,13 @@ class StudyOut(BaseModel):
     families: list[str]
     parameter_budget: int
     trials_per_family: int
-    trials_expected: int
-    trials_finished: int
-    progress: float
-    eta_seconds: float | None
-    counts: dict[str, int]
+    trials_expected: int = Field(description="trials of every stage the spec asks for")
+    trials_finished: int = Field(description="of those, trials that count against the plan")
+    progress: float = Field(description="trials_finished / trials_expected, 0 to 1")
+    eta_seconds: float | None = Field(description="time left in the current stage (see current_stage)")
+    current_stage: str | None = Field(description="the first stage with trials left")
+    stages: list[StageProgressOut]
+    counts: dict[str, int] = Field(description="tuning trials by state")
     best: TrialOut | None
     best_perplexity: float | None
     best_family: str | None
@@ -110,25 +130,19 @@ class StudyOut(BaseModel):
 
     @classmethod
     def of(cls, study: StudyView) -> StudyOut:
-        best = study.best
+        best, progress = study.best, study.progress
+        current = progress.current
+        derived = ("best", "best_perplexity", "best_family", "progress", "eta_seconds", "current_stage", "stages")
         return cls(
-            **{name: getattr(study, name) for name in cls.model_fields
-               if name not in ("best", "best_perplexity", "best_family", "progress", "eta_seconds")},
-            progress=study.trials_finished / study.trials_expected,
-            eta_seconds=_eta_seconds(study),
+            **{name: getattr(study, name) for name in cls.model_fields if name not in derived},
+            progress=progress.fraction,
+            eta_seconds=progress.eta_seconds,
+            current_stage=None if current is None else current.stage,
+            stages=[StageProgressOut.of(stage) for stage in progress.stages],
             best=None if best is None else TrialOut.of(best),
             best_perplexity=None if best is None else best.perplexity,
             best_family=None if best is None else best.family,
         )
-
-
-def _eta_seconds(study: StudyView) -> float | None:
-    """Time left at the pace so far: elapsed / finished * remaining."""
-    remaining = study.trials_expected - study.trials_finished
-    if study.status != "running" or study.started_at is None or not study.trials_finished or remaining <= 0:
-        return None
-    started = study.started_at if study.started_at.tzinfo else study.started_at.replace(tzinfo=UTC)
-    return (datetime.now(UTC) - started).total_seconds() / study.trials_finished * remaining
 
 
 class StudyDetailOut(StudyOut):

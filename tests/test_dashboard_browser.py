@@ -98,7 +98,8 @@ def test_studies_page_shows_status_progress_best_and_filters(page, api):
     shown = api.get("/studies/shown").json()
     row = page.locator("tr[data-study=shown]")
     assert f"{shown['best_perplexity']:.3f} perplexity" in row.inner_text()
-    assert "lstm, mogrifier" in row.inner_text() and "8,000" in row.inner_text() and "2 / 2" in row.inner_text()
+    assert shown["trials_finished"] == shown["trials_expected"] == 8  # 2 tuning, 4 reruns, 2 dynamic evaluation
+    assert "lstm, mogrifier" in row.inner_text() and "8,000" in row.inner_text() and "8 / 8" in row.inner_text()
     assert row.locator(".progress span").get_attribute("style") == "width: 100.0%"
     assert row.locator("a[href='/dashboard/studies/shown/comparison']").count() == 1  # a comparison
     assert "1 failed" in page.locator("tr[data-study=broken]").inner_text()

@@ -128,7 +128,7 @@ def test_comparison_table_names_the_winner_by_the_rerun_mean(staged):
         by_stage = httpx.get(f"{base_url}/studies/staged/trials", params={"stage": "rerun"}).json()
         assert by_stage["total"] == 4 and {t["stage"] for t in by_stage["items"]} == {"rerun"}
         study = httpx.get(f"{base_url}/studies/staged").json()
-        assert study["counts"]["COMPLETE"] == 2  # progress counts the tuning trials
+        assert study["counts"]["COMPLETE"] == 2  # counts are the tuning trials'; progress covers every stage
     cli = subprocess.run([sys.executable, "-m", "tuner", "compare", "staged", "--storage", settings.storage_url,
                           "--json"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert json.loads(cli.stdout)["winner"] == table.winner

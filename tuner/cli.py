@@ -93,7 +93,7 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
         f"{spec.tuning.concurrency} at a time\n[dim]database {settings.storage_url}\n"
         f"checkpoints {settings.artifact_root}[/dim]"
     )
-    printer = ProgressPrinter(settings.storage_url, spec.name, spec.tuning.trials * len(spec.families))
+    printer = ProgressPrinter(settings.storage_url, spec.name)
     _stop_gracefully_on_signals()
     try:
         final = launch_study(spec, document, settings, callbacks=[printer])

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
@@ -22,7 +22,7 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
     TrialParamModel,
     TrialUserAttributeModel,
 )
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Select, and_, bindparam, func, or_, select
 
 from tuner.db import (
     CheckpointRecord,
@@ -34,9 +34,18 @@ from tuner.db import (
     retried_on_disconnect,
     sessions,
 )
+from tuner.study_progress import (
+    STAGE_LABELS,
+    StageProgress,
+    StageTally,
+    StudyProgress,
+    estimated_seconds_left,
+    planned_stages,
+)
 
 TRIAL_STATES = ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")
 TRIAL_SORTS = ("number", "value", "family", "state", "started")
+SETTLED_STATES = ("COMPLETE", "PRUNED", "FAIL")
 
 _trials = TrialModel.__table__
 _params = TrialParamModel.__table__
@@ -103,16 +112,19 @@ class StudyView:
     error: str | None
     best_possible_loss: float | None
     spec: dict[str, Any]
-    counts: dict[str, int] = field(default_factory=dict)
+    progress: StudyProgress
+    counts: dict[str, int] = field(default_factory=dict)  # tuning trials by state
     best: TrialView | None = None
 
     @property
     def trials_expected(self) -> int:
-        return self.trials_per_family * len(self.families)
+        """Trials of every stage the spec asks for."""
+        return self.progress.planned
 
     @property
     def trials_finished(self) -> int:
-        return sum(self.counts.get(state, 0) for state in ("COMPLETE", "PRUNED", "FAIL"))
+        """Trials that count against the plan (never more than `trials_expected`)."""
+        return self.progress.settled
 
     @property
     def best_possible_perplexity(self) -> float | None:
@@ -130,7 +142,9 @@ def list_studies(url: str, *, status: str | None = None, family: str | None = No
         rows = connection.execute(query, values).all()
         total = rows[0].total if rows else connection.scalar(count, values)
         best = _best_views(connection, rows)
-    return Page([_study_view(row, best.get(row.best_trial_id)) for row in rows], total, limit, offset)
+        progress = _progress(connection, rows)
+    return Page([_study_view(row, best.get(row.best_trial_id), progress[row.name]) for row in rows], total, limit,
+                offset)
 
 
 def _containing(text: str) -> str:
@@ -174,7 +188,8 @@ def get_study(url: str, name: str) -> StudyView | None:
         if row is None:
             return None
         best = _best_views(connection, [row])
-    return _study_view(row, best.get(row.best_trial_id))
+        progress = _progress(connection, [row])
+    return _study_view(row, best.get(row.best_trial_id), progress[row.name])
 
 
 @retried_on_disconnect
@@ -391,7 +406,93 @@ def _best_views(connection, rows) -> dict[int, TrialView]:
     return {view.trial_id: view for view in _trials_by_id(connection, ids)} if ids else {}
 
 
-def _study_view(row, best: TrialView | None) -> StudyView:
+def _progress(connection, rows) -> dict[str, StudyProgress]:
+    """The progress of each study in `rows`. Tuning trials are counted by the triggers' counters (in the
+    rows), less the interrupted ones; one query reads those and the later stages' trials, and a study
+    queries again only where a later stage's plan depends on its complete tuning trials, or for its ETA."""
+    later: dict[str, dict[tuple[str, str], StageTally]] = {row.name: {} for row in rows}
+    interrupted = dict.fromkeys(later, 0)
+    if rows:
+        for found in connection.execute(_tally_query(), {"names": list(later)}):
+            if found.stage == "tune":
+                interrupted[found.study_name] += found.interrupted
+            else:
+                later[found.study_name][found.stage, found.family] = StageTally(found.settled, found.running,
+                                                                                found.complete)
+    progress = {}
+    for row in rows:
+        tuning = StageTally(row.count_COMPLETE + row.count_PRUNED + row.count_FAIL - interrupted[row.name],
+                            row.count_RUNNING)
+        stages = planned_stages(row.spec, tuning, later[row.name], partial(_complete_tuning, connection, row.name))
+        found = StudyProgress(tuple(stages))
+        current = found.current
+        if row.status == "running" and current is not None:
+            timed = replace(current, eta_seconds=_stage_eta(connection, row, current))
+            found = StudyProgress(tuple(timed if stage is current else stage for stage in found.stages))
+        progress[row.name] = found
+    return progress
+
+
+def _stage_eta(connection, row, stage: StageProgress) -> float | None:
+    values = {"name": row.name, "stage": stage.stage}
+    mean = connection.scalar(_mean_duration_query(connection.dialect.name), values)
+    now = datetime.now()  # naive local time, as Optuna writes its timestamps
+    running_elapsed = [(now - start).total_seconds() for start in connection.scalars(_running_starts_query(), values)]
+    remaining = max(stage.planned - stage.settled - stage.running, 0)
+    return estimated_seconds_left(None if mean is None else float(mean), running_elapsed, remaining,
+                                  row.spec["tuning"]["concurrency"])
+
+
+@cache
+def _tally_query() -> Select:
+    """What the tuning counters leave out, per study, stage and family: the trials of the later stages
+    (settled as the controller counts them, running, complete), and the interrupted tuning trials, which the
+    counters count as failed."""
+    interrupted = TrialRecord.interrupted.is_(True)
+    settled = and_(TrialRecord.state.in_(SETTLED_STATES), TrialRecord.interrupted.is_(False))
+    return (select(TrialRecord.study_name, TrialRecord.stage, TrialRecord.family,
+                   func.count().filter(settled).label("settled"),
+                   func.count().filter(TrialRecord.state == "RUNNING").label("running"),
+                   func.count().filter(TrialRecord.state == "COMPLETE").label("complete"),
+                   func.count().filter(interrupted, TrialRecord.state.in_(SETTLED_STATES)).label("interrupted"))
+            .where(TrialRecord.study_name.in_(bindparam("names", expanding=True)),
+                   TrialRecord.stage.in_(STAGE_LABELS), or_(TrialRecord.stage != "tune", interrupted))
+            .group_by(TrialRecord.study_name, TrialRecord.stage, TrialRecord.family))
+
+
+def _complete_tuning(connection, name: str, family: str, most: int) -> int:
+    return connection.scalar(_complete_tuning_query(), {"name": name, "family": family, "most": most})
+
+
+@cache
+def _complete_tuning_query() -> Select:
+    """A family's complete tuning trials, counted up to `most` (the index on state stops the scan there)."""
+    found = (select(TrialRecord.trial_id)
+             .where(TrialRecord.study_name == bindparam("name"), TrialRecord.state == "COMPLETE",
+                    TrialRecord.family == bindparam("family"), TrialRecord.stage == "tune")
+             .limit(bindparam("most")).subquery())
+    return select(func.count()).select_from(found)
+
+
+@cache
+def _mean_duration_query(dialect: str) -> Select:
+    """The mean duration in seconds of the settled trials of one stage of a study (None if there is none)."""
+    start, end = _trials.c.datetime_start, _trials.c.datetime_complete
+    seconds = ((func.julianday(end) - func.julianday(start)) * 86400.0 if dialect == "sqlite"
+               else func.extract("epoch", end - start))
+    return (select(func.avg(seconds)).join_from(TrialRecord, _trials, _trials.c.trial_id == TrialRecord.trial_id)
+            .where(TrialRecord.study_name == bindparam("name"), TrialRecord.stage == bindparam("stage"),
+                   TrialRecord.state.in_(SETTLED_STATES), TrialRecord.interrupted.is_(False)))
+
+
+@cache
+def _running_starts_query() -> Select:
+    return (select(_trials.c.datetime_start).join_from(TrialRecord, _trials, _trials.c.trial_id == TrialRecord.trial_id)
+            .where(TrialRecord.study_name == bindparam("name"), TrialRecord.stage == bindparam("stage"),
+                   TrialRecord.state == "RUNNING"))
+
+
+def _study_view(row, best: TrialView | None, progress: StudyProgress) -> StudyView:
     spec = row.spec
     return StudyView(
         name=row.name,
@@ -406,6 +507,7 @@ def _study_view(row, best: TrialView | None) -> StudyView:
         error=row.error,
         best_possible_loss=row.best_possible_loss,
         spec=spec,
+        progress=progress,
         counts={state: getattr(row, f"count_{state}") for state in TRIAL_STATES},
         best=best,
     )
