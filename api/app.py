@@ -7,7 +7,9 @@ from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from api import pages, plots, routes, sensitivity
+from api import pages, plots, routes, sensitivity, sign_in
+from api.deps import SignInRequired
+from api.openapi import document_access
 from tuner.db import ensure_schema
 from tuner.settings import Settings
 
@@ -25,7 +27,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(plots.router)
     app.include_router(sensitivity.router)
     app.include_router(pages.router)
+    app.include_router(sign_in.router)
+    app.add_exception_handler(SignInRequired, sign_in.send_to_sign_in)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    document_access(app, private_reads=settings.private_reads)
     return app
 
 

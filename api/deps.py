@@ -10,8 +10,9 @@ from starlette.concurrency import run_in_threadpool
 
 from tuner.results import StudyView, get_study, study_exists
 from tuner.settings import Settings
-from tuner.tokens import token_is_valid, tokens_required
+from tuner.tokens import auth_enabled, token_is_valid
 
+SESSION_COOKIE = "lmt_token"  # the dashboard's sign-in: the token in an HttpOnly, SameSite=Strict cookie
 _bearer = HTTPBearer(auto_error=False, description="a token from `tuner token create NAME`")
 
 
@@ -24,6 +25,13 @@ async def settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(settings)]
 Unauthorized = {401: {"description": "a valid bearer token is required"}}  # documented on every guarded route
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+class SignInRequired(HTTPException):
+    """A dashboard page asked for without a valid token: the browser is sent to the sign-in page."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 def study_or_404(config: Settings, name: str) -> StudyView:
@@ -39,26 +47,46 @@ def require_study(config: Settings, name: str) -> None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
 
 
-def _check(config: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:
-    if not tokens_required(config.storage_url):
-        return
-    if credentials is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "this server requires a bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if not token_is_valid(config.storage_url, credentials.credentials):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "the bearer token is unknown or revoked",
-                            headers={"WWW-Authenticate": "Bearer"})
+def presented_token(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    """The bearer token of the Authorization header, else the dashboard's sign-in cookie."""
+    return credentials.credentials if credentials is not None else request.cookies.get(SESSION_COOKIE)
 
 
-async def require_writer(config: SettingsDep, credentials: Credentials) -> None:
-    """Every write needs a valid token once any token exists."""
-    await run_in_threadpool(_check, config, credentials)
+def _refusal(config: Settings, token: str | None) -> str | None:
+    """Why a request carrying `token` is refused, or None when it may go on."""
+    if not auth_enabled(config.storage_url):
+        return None
+    if token is None:
+        return "this server requires a bearer token"
+    if not token_is_valid(config.storage_url, token):
+        return "the bearer token is unknown or revoked"
+    return None
 
 
-async def require_reader(config: SettingsDep, credentials: Credentials) -> None:
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _opens_a_page(request: Request) -> bool:
+    """A dashboard page a person opens (not a fragment or plot the page's script fetches)."""
+    path = request.url.path
+    return request.method == "GET" and path.startswith("/dashboard") and not path.startswith("/dashboard/fragments/")
+
+
+async def require_writer(request: Request, config: SettingsDep, credentials: Credentials) -> None:
+    """Every write needs a valid token while authentication is on."""
+    refusal = await run_in_threadpool(_refusal, config, presented_token(request, credentials))
+    if refusal:
+        raise _unauthorized(refusal)
+
+
+async def require_reader(request: Request, config: SettingsDep, credentials: Credentials) -> None:
     """Reads need a token only when the server was started with private reads."""
-    if config.private_reads:
-        await run_in_threadpool(_check, config, credentials)
+    if not config.private_reads:
+        return
+    refusal = await run_in_threadpool(_refusal, config, presented_token(request, credentials))
+    if refusal:
+        raise SignInRequired(refusal) if _opens_a_page(request) else _unauthorized(refusal)
 
 
 Writer = Depends(require_writer)

@@ -1,4 +1,6 @@
-"""Bearer tokens: writes need one as soon as one exists; reads only with private reads; revocation holds."""
+"""Authentication: on from the first token until an explicit `auth off`, never turned off by a revocation; reads
+need a token only with private reads; the OpenAPI document says which operations need one on this server; a
+server listening beyond loopback refuses to start with authentication off."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,7 +16,14 @@ import pytest
 from tests.conftest import TINY_SPEC, serve_app
 from tuner.db import ensure_schema
 from tuner.settings import Settings
-from tuner.tokens import TokenError, create_token, revoke_token
+from tuner.tokens import (
+    TokenError,
+    auth_enabled,
+    create_token,
+    initial_token,
+    revoke_token,
+    set_auth,
+)
 
 SPEC = json.dumps({**TINY_SPEC, "name": "guarded"})
 
@@ -34,7 +44,10 @@ def test_writes_need_a_token_once_one_exists(sqlite_url, tmp_path):
         assert client.post("/studies", content=SPEC, headers=authorised).status_code == 202
         assert client.get("/studies").json()["total"] == 2  # reads stay open by default
         revoke_token(sqlite_url, "ci")
-        # With no active token left, the server is open again; a revoked token is not needed.
+        # Revoking the last token locks writes; it never opens the API again.
+        assert client.post("/studies/open/cancel").status_code == 401
+        assert client.post("/studies/open/cancel", headers=authorised).status_code == 401
+        set_auth(sqlite_url, False)  # only an explicit `tuner auth off` does
         assert client.post("/studies/open/cancel").status_code == 202
 
 
@@ -44,8 +57,11 @@ def test_private_reads_need_a_token_too(sqlite_url, tmp_path):
     token = create_token(sqlite_url, "reader")
     create_token(sqlite_url, "other")
     with serve_app(settings) as base, httpx.Client(base_url=base) as client:
-        for path in ("/studies", "/studies/x", "/studies/x/trials", "/trials/1", "/dashboard"):
+        for path in ("/studies", "/studies/x", "/studies/x/trials", "/trials/1", "/dashboard/fragments/studies"):
             assert client.get(path).status_code == 401, path
+        sign_in = client.get("/dashboard/studies/x?refresh=9")  # a page a person opens: the sign-in page first
+        assert sign_in.status_code == 303
+        assert sign_in.headers["location"] == "/dashboard/sign-in?next=%2Fdashboard%2Fstudies%2Fx%3Frefresh%3D9"
         assert client.get("/health").status_code == 200
         assert client.get("/studies", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         revoke_token(sqlite_url, "reader")
@@ -75,3 +91,78 @@ def test_token_cli(tmp_path):
     assert tuner("revoke", "laptop").returncode == 0
     again = tuner("revoke", "laptop")
     assert again.returncode == 2 and "no active token" in again.stderr
+
+
+def test_authentication_is_a_state_of_the_database(storage_url):
+    ensure_schema(storage_url)
+    assert not auth_enabled(storage_url)
+    with pytest.raises(TokenError, match="no active token"):
+        set_auth(storage_url, True)  # nobody could write
+    create_token(storage_url, "ci")
+    assert auth_enabled(storage_url)
+    revoke_token(storage_url, "ci")
+    assert auth_enabled(storage_url)
+    set_auth(storage_url, False)
+    assert not auth_enabled(storage_url)
+    with pytest.raises(TokenError, match="name: got"):
+        create_token(storage_url, "bad\x00name")
+
+
+def test_a_deployment_gets_its_first_token_once(sqlite_url):
+    ensure_schema(sqlite_url)
+    secret = initial_token(sqlite_url, "compose")
+    assert secret.startswith("lmt_") and auth_enabled(sqlite_url)
+    assert initial_token(sqlite_url, "compose") is None  # a later start
+    set_auth(sqlite_url, False)  # an operator's explicit choice is kept on restart
+    assert initial_token(sqlite_url, "compose") is None and not auth_enabled(sqlite_url)
+
+
+def test_a_given_secret_becomes_the_first_token(sqlite_url):
+    ensure_schema(sqlite_url)
+    with pytest.raises(TokenError, match="at least 24"):
+        initial_token(sqlite_url, "compose", "short")
+    given = "a-secret-from-the-deployment-0123456789"
+    assert initial_token(sqlite_url, "compose", given) == given
+    settings = Settings(sqlite_url, Path("unused"))
+    with serve_app(settings) as base, httpx.Client(base_url=base) as client:
+        assert client.post("/studies", content=SPEC).status_code == 401
+        assert client.post("/studies", content=SPEC, headers={"Authorization": f"Bearer {given}"}).status_code == 202
+
+
+def test_an_existing_active_token_turns_authentication_on_when_migrating(storage_url):
+    from alembic import command
+
+    from tuner.db import alembic_config, engine_for
+
+    ensure_schema(storage_url)
+    config = alembic_config(storage_url)
+    with engine_for(storage_url).begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0002")
+    with engine_for(storage_url).begin() as connection:  # a deployment protected by a token before 0003
+        connection.exec_driver_sql("INSERT INTO lmt_api_tokens (name, token_sha256, created_at) "
+                                   "VALUES ('old', 'digest', '2026-01-01')")
+    ensure_schema(storage_url)
+    assert auth_enabled(storage_url)
+
+
+@pytest.mark.parametrize("private_reads", [False, True], ids=["public-reads", "private-reads"])
+def test_openapi_declares_the_security_this_server_enforces(sqlite_url, tmp_path, private_reads):
+    ensure_schema(sqlite_url)
+    token = create_token(sqlite_url, "ci")
+    settings = Settings(sqlite_url, tmp_path / "artifacts", private_reads=private_reads)
+    with serve_app(settings) as base, httpx.Client(base_url=base) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+        operations = {(path, method): operation for path, methods in paths.items()
+                      for method, operation in methods.items()}
+        for (path, method), operation in operations.items():
+            if path == "/health":
+                assert "security" not in operation
+                continue
+            guarded = method != "get" or private_reads
+            assert (operation.get("security") == [{"HTTPBearer": []}]) == guarded, (path, method)
+            assert ("401" in operation["responses"]) == guarded, (path, method)
+            if method == "get" and "{" not in path:  # the document is right: each read answers as it says
+                answer = client.get(path)
+                assert (answer.status_code == 401) == guarded, (path, answer.status_code)
+                assert client.get(path, headers={"Authorization": f"Bearer {token}"}).status_code != 401

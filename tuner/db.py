@@ -194,6 +194,16 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column()
 
 
+class SettingRecord(Base):
+    """A setting of the service that every process reads from the database, e.g. `auth` = `on`."""
+
+    __tablename__ = "lmt_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
 def families_column(families: list[str]) -> str:
     return "," + ",".join(families) + ","
 

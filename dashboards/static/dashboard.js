@@ -106,6 +106,10 @@ document.addEventListener("submit", event => {
 });
 
 document.addEventListener("DOMContentLoaded", async () => {
+  // Signed in on a server with private reads: the session cookie itself is HttpOnly, this one says it exists.
+  if (document.cookie.split("; ").includes("lmt_signed_in=1")) {
+    document.querySelector("form.session")?.removeAttribute("hidden");
+  }
   // Slow aggregates (data-deferred) are asked for once the rest is drawn, so they never hold up the page.
   await Promise.all([...document.querySelectorAll("[data-src]:not([data-deferred])")].map(drawPlot));
   document.body.dataset.interactiveMs = String(performance.now());
