@@ -12,7 +12,7 @@ ENV PYTHONUNBUFFERED=1 \
     OMP_NUM_THREADS=1 \
     LM_TUNER_HOME=/data \
     LM_TUNER_ARTIFACTS=/data/artifacts \
-    TORCH_EXTENSIONS_DIR=/data/torch_extensions
+    TORCH_EXTENSIONS_DIR=/opt/torch_extensions
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends curl g++ \
@@ -29,7 +29,7 @@ COPY tuner tuner
 COPY api api
 COPY dashboards dashboards
 COPY spaces spaces
-RUN pip install .
+RUN pip install . && tuner kernels build
 
 RUN useradd --create-home --uid 1000 tuner && mkdir -p /data/artifacts && chown -R tuner /data
 USER tuner

@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "torch==2.13.0" $(TORCH_INDEX)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/tuner kernels build || echo "trials on CPUs will take the PyTorch operations"
 	touch $@
 
 demo: setup

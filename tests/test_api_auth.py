@@ -23,6 +23,7 @@ from tuner.tokens import (
     initial_token,
     revoke_token,
     set_auth,
+    token_is_valid,
 )
 
 SPEC = json.dumps({**TINY_SPEC, "name": "guarded"})
@@ -166,3 +167,69 @@ def test_openapi_declares_the_security_this_server_enforces(sqlite_url, tmp_path
                 answer = client.get(path)
                 assert (answer.status_code == 401) == guarded, (path, answer.status_code)
                 assert client.get(path, headers={"Authorization": f"Bearer {token}"}).status_code != 401
+
+
+def test_auth_cli_turns_authentication_off_only_explicitly(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+
+    def tuner(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", *args, "--storage", url], capture_output=True,
+                              text=True, env={**os.environ, "COLUMNS": "200"})
+
+    assert "authentication off" in tuner("auth", "status").stdout
+    refused = tuner("auth", "on")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "no active token" in refused.stderr
+    assert tuner("token", "create", "laptop").returncode == 0
+    assert tuner("token", "revoke", "laptop").returncode == 0
+    assert "authentication on: writes need a valid token; 0 active token(s)" in tuner("auth", "status").stdout
+    assert tuner("auth", "off").returncode == 0
+    assert "authentication off" in tuner("auth", "status").stdout
+
+
+def _serve(url: str, *options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--storage", url, "--port", str(port),
+                               "--no-worker", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "COLUMNS": "200", **(env or {})})
+    return server, port
+
+
+def _stopped_after_answering(server: subprocess.Popen, port: int) -> str:
+    """Wait until the server answers, stop it with SIGTERM (exit 0 expected) and return what it printed."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        assert server.poll() is None, server.communicate()
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+    server.send_signal(signal.SIGTERM)
+    out, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+    return out
+
+
+def test_listening_beyond_loopback_needs_authentication_or_insecure(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    refused, _ = _serve(url, "--host", "0.0.0.0")
+    out, err = refused.communicate(timeout=60)
+    assert refused.returncode == 2 and err.count("\n") == 1, err
+    assert "--host 0.0.0.0: listening beyond this machine with authentication off" in err and "--insecure" in err
+    private, _ = _serve(url, "--private-reads")
+    assert private.wait(timeout=60) == 2 and "--private-reads: authentication is off" in private.stderr.read()
+
+    _stopped_after_answering(*_serve(url, "--host", "0.0.0.0", "--insecure"))
+    first = _stopped_after_answering(*_serve(url, "--host", "0.0.0.0", "--initial-token", "compose"))
+    secret = first.split("shown only this once: ")[1].split()[0]
+    assert "created API token 'compose'" in first and token_is_valid(url, secret) and auth_enabled(url)
+    again = _stopped_after_answering(*_serve(url, "--host", "0.0.0.0", "--initial-token", "compose"))
+    assert "created API token" not in again  # printed once, at the first start only

@@ -56,6 +56,58 @@ def test_invalid_spec_exits_2_with_file_line_and_field(tmp_path):
     assert f"{path}:{line}: parameter_budget: Input should be greater than or equal to 1" in result.stderr
 
 
+def _one_line_error(result: subprocess.CompletedProcess, *expected: str) -> None:
+    """Exit status 2 and exactly one line on stderr, naming the problem: no traceback."""
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_wrong_input_is_one_line_and_exit_2(tmp_path):
+    binary = tmp_path / "model.pt"
+    binary.write_bytes(b"\x80\x02PK\x00\x00" + bytes(range(256)))
+    _one_line_error(tuner("launch", "--space", str(binary), cwd=tmp_path), str(binary), "not a text file")
+    _one_line_error(tuner("launch", "--space", str(tmp_path), cwd=tmp_path), "cannot read the spec file")
+    _one_line_error(tuner("launch", "--space", "absent.yaml", cwd=tmp_path), "absent.yaml", "No such file")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump({**ONE_FAMILY, "families": ["lstm", "transformer-xl"]}, sort_keys=False))
+    _one_line_error(tuner("launch", "--space", str(unknown), cwd=tmp_path), f"{unknown}:", "families.1",
+                    "'transformer-xl'")
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(yaml.safe_dump({**ONE_FAMILY, "parameter_budget": 10}, sort_keys=False))
+    _one_line_error(tuner("launch", "--space", str(tiny), cwd=tmp_path), "parameter_budget")
+    _one_line_error(tuner("status", "x", "--storage", "nosuchdb://x", cwd=tmp_path), "--storage")
+    debugged = tuner("--debug", "status", "x", "--storage", "nosuchdb://x", cwd=tmp_path)
+    assert debugged.returncode != 0 and "Traceback" in debugged.stderr
+
+
+def test_missing_data_creates_nothing_and_a_study_that_never_ran_can_be_launched_again(tmp_path):
+    from tuner.db import StudyRecord, ensure_schema, sessions
+    from tuner.queue import run_worker, submit_study
+    from tuner.settings import Settings
+    from tuner.spec import parse_spec
+
+    typo = {**ONE_FAMILY, "name": "typo", "dataset": {"path": str(tmp_path / "ptbb"), "format": "ptb"}}
+    space = tmp_path / "typo.yaml"
+    space.write_text(yaml.safe_dump(typo, sort_keys=False))
+    _one_line_error(tuner("launch", "--space", str(space), cwd=tmp_path), "dataset", str(tmp_path / "ptbb"))
+    assert json.loads(tuner("list", "--json", cwd=tmp_path).stdout) == []  # nothing half-made
+
+    # Submitted over REST, the same typo fails in the worker before any trial ran...
+    url = f"sqlite:///{tmp_path / 'home' / 'tuner.db'}"
+    ensure_schema(url)
+    submit_study(url, parse_spec(typo), yaml.safe_dump(typo))
+    run_worker(Settings(url, tmp_path / "home" / "artifacts"), once=True)
+    with sessions(url)() as session:
+        assert session.query(StudyRecord.status).one() == ("failed",)
+    # ...and the corrected spec is launched under the same name.
+    space.write_text(yaml.safe_dump({**typo, "dataset": ONE_FAMILY["dataset"]}, sort_keys=False))
+    launched = tuner("launch", "--space", str(space), cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    assert json.loads(tuner("status", "typo", "--json", cwd=tmp_path).stdout)["counts"]["COMPLETE"] == 1
+
+
 def test_launch_then_status_and_list(tmp_path):
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump({**ONE_FAMILY, "name": "cli-study"}, sort_keys=False))
@@ -127,7 +179,7 @@ def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
     _wait_for(running, 120, "no trial started")
     launch.send_signal(signal.SIGINT)
     assert launch.wait(timeout=120) == 130
-    assert "run the same command again to continue" in launch.stderr.read()
+    assert "`tuner resume slow` (or the same launch) continues the study" in launch.stderr.read()
     states = [t.state for t in optuna.load_study(study_name="slow/lstm", storage=url).get_trials()]
     assert TrialState.RUNNING not in states and TrialState.FAIL in states
 

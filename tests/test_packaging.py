@@ -63,6 +63,14 @@ def test_compose_services_are_wired_together():
     gpu = services["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     assert services["runner"]["command"] == ["worker"] and services["api"]["command"][0] == "serve"
+    # No open doors: the API listens on every interface with authentication on from its first start (its token
+    # from $LM_TUNER_API_TOKEN, else printed once), and Ray's dashboard, which runs jobs, is on loopback only.
+    api = services["api"]
+    assert api["command"][api["command"].index("--host") + 1] == "0.0.0.0" and "--insecure" not in api["command"]
+    assert api["command"][api["command"].index("--initial-token") + 1] == "compose"
+    assert "LM_TUNER_API_TOKEN" in api["environment"]
+    published = [port for service in services.values() for port in service.get("ports", [])]
+    assert [port for port in published if not port.startswith("127.0.0.1:")] == ["${LM_TUNER_PORT:-8000}:8000"]
     assert set(compose["volumes"]) == {"postgres", "artifacts", "triton-cache"}
     worker = services["ray-gpu-worker"]  # its own environment and volumes, on top of the shared ones
     assert "triton-cache:" + worker["environment"]["TRITON_CACHE_DIR"] in worker["volumes"]

@@ -5,23 +5,32 @@ import os
 # Before numpy/torch load: one OpenMP thread keeps GP suggestions fast (trials set their own threads).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import contextlib  # noqa: E402
+import ipaddress  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Annotated, Optional  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional  # noqa: E402
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from tuner.auth_cli import auth_app, token_app  # noqa: E402
 from tuner.data_cli import data_app  # noqa: E402
-from tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings  # noqa: E402
+from tuner.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal  # noqa: E402
+from tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings, SettingsError  # noqa: E402
 
 if TYPE_CHECKING:
-    from tuner.spec import StudySpec
+    from tuner.spec import SpecError, StudySpec
+
+TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
+WORKER_GRACE_SECONDS = 15  # `serve` waits this long for its worker to put its study back, then stops it
 
 app = typer.Typer(
     help="Tune recurrent language models fairly: equal parameter budgets, Bayesian tuning, one database.",
@@ -30,8 +39,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data_app, name="data")
+app.add_typer(token_app, name="token")
+app.add_typer(auth_app, name="auth")
 console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)  # an error is one line, however wide
+_options = {"debug": False}
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", help="show the full traceback of an error instead of one line")] = False) -> None:
+    _options["debug"] = debug
 
 Storage = Annotated[Optional[str], typer.Option(
     "--storage", metavar="URL",
@@ -57,16 +75,15 @@ def launch(
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
-    from tuner.spec import SpecError, load_spec
+    from tuner.spec import SpecError, read_spec
 
     _quiet_libraries()
     try:
-        spec = load_spec(space)
+        spec, document = read_spec(space)
     except SpecError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
+        _refuse_spec(error)
     settings = Settings.from_options(storage, artifacts, address)
-    _run_study(spec, space.read_text(), settings)
+    _run_study(spec, document, settings)
 
 
 @app.command()
@@ -84,7 +101,7 @@ def resume(
 
 
 def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
-    from tuner.controller import StudyConflict, launch_study
+    from tuner.controller import StudyConflict, StudyRefused, launch_study
     from tuner.progress import ProgressPrinter
 
     console.print(
@@ -94,16 +111,13 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
         f"checkpoints {settings.artifact_root}[/dim]"
     )
     printer = ProgressPrinter(settings.storage_url, spec.name)
-    _stop_gracefully_on_signals()
     try:
-        final = launch_study(spec, document, settings, callbacks=[printer])
-    except StudyConflict as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
+        with _stopping_cleanly():
+            final = launch_study(spec, document, settings, callbacks=[printer])
+    except (StudyConflict, StudyRefused) as error:
+        _refuse(error)
     except KeyboardInterrupt:
-        errors.print(f"[yellow]interrupted: running trials were marked failed (interrupted); run the same "
-                     f"command again to continue study {spec.name!r}[/yellow]")
-        raise typer.Exit(130) from None
+        _exit_stopped(f"`tuner resume {spec.name}` (or the same launch) continues the study")
     _print_study(settings, spec.name)
     raise typer.Exit(0 if final == "complete" else 1)
 
@@ -117,8 +131,7 @@ def status(
     """Show a study: trials by state per family, the best trials, the best possible perplexity if known."""
     settings = _settings_for_reading(storage)
     if not _print_study(settings, name, as_json=json_output):
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1)
+        _no_such_study(settings, name, 1)
 
 
 @app.command("list")
@@ -153,8 +166,7 @@ def best(
     settings = _settings_for_reading(storage)
     found = best_trials(settings.storage_url, name)
     if found is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1)
+        _no_such_study(settings, name, 1)
     if json_output:
         print(json.dumps({family: TrialOut.of(trial).model_dump(mode="json") if trial else None
                           for family, trial in found.items()}, indent=2))
@@ -187,8 +199,7 @@ def compare(
     settings = _settings_for_reading(storage)
     found = comparison(settings.storage_url, name)
     if found is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1)
+        _no_such_study(settings, name, 1)
     if json_output:
         print(json.dumps(asdict(found), indent=2))
         return
@@ -239,13 +250,16 @@ def sensitivity(
     try:
         plan = plan_sensitivity(settings.storage_url, name, parameter, seeds=seeds, points=points, family=family)
     except SensitivityError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
+        _refuse(error)
     console.print(f"[bold]{name}[/bold]: {plan.family} trial {plan.best_trial_id} with {parameter} = "
                   f"{plan.best_value:.4g} moved to {', '.join(f'{v:.4g}' for v in plan.values)}; "
                   f"{len(plan.seeds)} seed(s) each, {plan.queued} new run(s)")
-    connect_ray(settings)
-    run_queued_sensitivity(spec, settings)
+    try:
+        with _stopping_cleanly():
+            connect_ray(settings)
+            run_queued_sensitivity(spec, settings)
+    except KeyboardInterrupt:
+        _exit_stopped("the same command continues the runs")
     effect = measured_effect(runs_of(settings.storage_url, name, parameter))
     table = Table(parameter, "mean", "std", "runs", title=f"{name} ({plan.family}): measured effect of {parameter}")
     for row in effect[effect["family"] == plan.family].itertuples():
@@ -264,12 +278,10 @@ def export(
     from tuner.results import get_study, study_trials, trials_table
 
     if output_format not in ("csv", "json"):
-        errors.print(f"[red]--format: got {output_format!r}; allowed: csv, json[/red]")
-        raise typer.Exit(2)
+        _refuse(f"--format: got {output_format!r}; allowed: csv, json")
     settings = _settings_for_reading(storage)
     if get_study(settings.storage_url, name) is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1)
+        _no_such_study(settings, name, 1)
     table = trials_table(study_trials(settings.storage_url, name).items)
     text = table.to_csv(index=False) if output_format == "csv" else table.to_json(orient="records", indent=2,
                                                                                  date_format="iso")
@@ -290,11 +302,9 @@ def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Sto
     try:
         console.print(f"{name}: {cancel_study(settings.storage_url, name)}")
     except KeyError:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1) from None
+        _no_such_study(settings, name, 1)
     except StudyStateError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
+        _refuse(error)
 
 
 @app.command()
@@ -314,11 +324,9 @@ def delete(
     try:
         delete_study(settings.storage_url, name, settings.artifact_root)
     except KeyError:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(1) from None
+        _no_such_study(settings, name, 1)
     except StudyStateError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
+        _refuse(error)
     console.print(f"deleted {name}")
 
 
@@ -338,77 +346,87 @@ def db_upgrade(storage: Storage = None) -> None:
     console.print(f"{settings.storage_url}: schema at revision {current_revision(settings.storage_url)}")
 
 
-token_app = typer.Typer(help="Bearer tokens for the REST API: once one exists, every write needs one.",
-                        no_args_is_help=True)
-app.add_typer(token_app, name="token")
+kernels_app = typer.Typer(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)
+app.add_typer(kernels_app, name="kernels")
 
 
-@token_app.command("create")
-def token_create(name: Annotated[str, typer.Argument(help="who or what the token is for")],
-                 storage: Storage = None) -> None:
-    """Create a token and print it (it is stored hashed: this is the only time it is shown)."""
-    from tuner.tokens import TokenError, create_token
+@kernels_app.command("build")
+def kernels_build() -> None:
+    """Build the C++ kernels now (else the first trial on a CPU builds them, about 20 s) and print where they are.
+    Exit status 1 where they cannot be built: trials on CPUs then take the slower PyTorch operations."""
+    from models import cpu_kernels
 
-    settings = _settings_for_reading(storage)
+    directory = cpu_kernels.kernels_directory()
     try:
-        print(create_token(settings.storage_url, name))
-    except TokenError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
-
-
-@token_app.command("revoke")
-def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: Storage = None) -> None:
-    """Revoke a token; requests carrying it are refused from now on."""
-    from tuner.tokens import TokenError, revoke_token
-
-    settings = _settings_for_reading(storage)
-    try:
-        revoke_token(settings.storage_url, name)
-    except TokenError as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(2) from error
-    console.print(f"revoked {name}")
-
-
-@token_app.command("list")
-def token_list(storage: Storage = None) -> None:
-    """Tokens by name, with when they were created and revoked."""
-    from tuner.tokens import list_tokens
-
-    table = Table("name", "created", "revoked")
-    for token in list_tokens(_settings_for_reading(storage).storage_url):
-        table.add_row(token.name, str(token.created_at), str(token.revoked_at or "-"))
-    console.print(table)
+        module = cpu_kernels.load_or_build(directory)
+    except Exception as error:  # no compiler, headers or ninja: several exception types
+        _fail(f"the C++ kernels could not be built in {directory} ({error}); recurrent layers on CPUs take the "
+              f"slower PyTorch operations", 1)
+    console.print(module.__file__)
 
 
 @app.command()
 def serve(
     storage: Storage = None,
     artifacts: Artifacts = None,
-    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="interface to listen on (beyond this machine needs authentication on, "
+                                           "or --insecure)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     worker: Annotated[bool, typer.Option(
         "--worker/--no-worker", help="also start a worker that runs studies submitted over REST")] = True,
     private_reads: Annotated[bool, typer.Option(
-        "--private-reads", help="reads need a bearer token too (once any token exists)")] = False,
+        "--private-reads", help="reads need a token too (the dashboard then has a sign-in page)")] = False,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="listen beyond this machine with authentication off: anyone who reaches the port can "
+                           "submit, cancel and delete studies")] = False,
+    initial_token: Annotated[Optional[str], typer.Option(
+        "--initial-token", metavar="NAME",
+        help=f"on the first start (authentication off, no token NAME yet) create token NAME and turn "
+             f"authentication on; its secret is ${TOKEN_VARIABLE} if set, else printed once")] = None,
 ) -> None:
-    """Serve the REST API (OpenAPI at /docs) and the dashboard (at /dashboard)."""
+    """Serve the REST API (OpenAPI at /docs) and the dashboard (at /dashboard).
+
+    SIGINT or SIGTERM stops it cleanly: no new requests, the worker puts its study back in the queue (its
+    running trials marked interrupted, to run again), every child process ends; exit status 0."""
     import uvicorn
 
     from api.app import create_app
+    from tuner.db import ensure_schema
+    from tuner.tokens import TokenError, auth_enabled
+    from tuner.tokens import initial_token as first_token
 
     settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
-    runner = None
-    if worker:
-        runner = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--storage", settings.storage_url,
-                                   "--artifacts", str(settings.artifact_root)])
-    console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
-    try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
-    finally:
-        if runner is not None:
-            _stop(runner)
+    ensure_schema(settings.storage_url)
+    if initial_token is not None:
+        given = os.environ.get(TOKEN_VARIABLE) or None  # compose passes an unset variable as empty
+        try:
+            created = first_token(settings.storage_url, initial_token, given)
+        except TokenError as error:
+            _refuse(error)
+        if created is not None:
+            shown = f"its secret is ${TOKEN_VARIABLE}" if given else f"shown only this once: {created}"
+            console.print(f"created API token {initial_token!r} and turned authentication on; {shown}")
+    if not auth_enabled(settings.storage_url):
+        if private_reads:
+            _refuse("--private-reads: authentication is off; create a token first (`tuner token create NAME`)")
+        if not _is_loopback(host) and not insecure:
+            _refuse(f"--host {host}: listening beyond this machine with authentication off would let anyone who "
+                    f"reaches port {port} submit, cancel and delete studies; create a token (`tuner token create "
+                    f"NAME`), or pass --insecure")
+    with _stopping_cleanly():
+        runner = None
+        if worker:
+            runner = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--storage", settings.storage_url,
+                                       "--artifacts", str(settings.artifact_root)])
+        console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
+        try:
+            # uvicorn stops serving on SIGINT or SIGTERM, then raises the signal again: KeyboardInterrupt here.
+            uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if runner is not None:
+                _stop(runner, WORKER_GRACE_SECONDS)
 
 
 @app.command()
@@ -419,15 +437,18 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="exit when the queue is empty")] = False,
     poll_seconds: Annotated[float, typer.Option(help="how often to look for queued studies")] = 2.0,
 ) -> None:
-    """Run studies submitted over REST (queued in the database), one at a time."""
+    """Run studies submitted over REST (queued in the database), one at a time.
+
+    SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
+    interrupted, to run again), every child process ends; exit status 0."""
     from tuner.queue import run_worker
 
     _quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = Settings.from_options(storage, artifacts, address)
-    _stop_gracefully_on_signals()
     try:
-        run_worker(settings, poll_seconds=poll_seconds, once=once)
+        with _stopping_cleanly():
+            run_worker(settings, poll_seconds=poll_seconds, once=once)
     except KeyboardInterrupt:
         logging.getLogger(__name__).info("worker stopped")
 
@@ -481,22 +502,48 @@ def _settings_for_reading(storage: str | None) -> Settings:
     return settings
 
 
-def _stop_gracefully_on_signals() -> None:
-    """SIGINT and SIGTERM (until Ray takes SIGTERM over) raise KeyboardInterrupt, which puts running work
-    back in order. Set explicitly: a command started in the background of a script inherits SIGINT ignored."""
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, signal.default_int_handler)
+@contextlib.contextmanager
+def _stopping_cleanly() -> Iterator[None]:
+    """Around work that starts processes (Ray, trials, a worker): SIGINT and SIGTERM raise KeyboardInterrupt, and
+    whatever way the work ends, no process it started is left running."""
+    adopt_orphans()
+    stop_on_signals()
+    try:
+        yield
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_children()
 
 
-def _stop(process: subprocess.Popen, grace_seconds: float = 60) -> None:
-    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it.
-    (SIGINT, not SIGTERM: once Ray runs in a process, Ray's own SIGTERM handler takes over.)"""
-    process.send_signal(signal.SIGINT)
+def _stop(process: subprocess.Popen, grace_seconds: float) -> None:
+    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=grace_seconds)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def _exit_stopped(how_to_continue: str) -> NoReturn:
+    """After a stop asked for by a signal: 130 for Ctrl-C (SIGINT), as shells expect; 0 for SIGTERM, the way
+    service managers stop a process that then stopped cleanly."""
+    received = stop_signal() or signal.SIGINT
+    errors.print(f"stopped by {signal.Signals(received).name}: running trials were marked interrupted; "
+                 f"{how_to_continue}", style="yellow", markup=False)
+    raise typer.Exit(130 if received == signal.SIGINT else 0) from None
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address `host` names is on this machine only (0.0.0.0 and :: are every interface)."""
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError):
+        return False
 
 
 def _stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["StudySpec", str]:
@@ -508,8 +555,7 @@ def _stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple[
     ensure_schema(settings.storage_url)
     found = stored_spec(settings.storage_url, name)
     if found is None:
-        errors.print(f"[red]no study named {name!r} in {settings.storage_url}[/red]")
-        raise typer.Exit(missing_exit)
+        _no_such_study(settings, name, missing_exit)
     return found
 
 
@@ -519,5 +565,40 @@ def _quiet_libraries() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def _print_error(problem: object) -> None:
+    """One line on stderr, whatever the problem's text."""
+    errors.print("error: " + " ".join(str(problem).split()), style="red", markup=False)
+
+
+def _fail(problem: object, exit_code: int) -> NoReturn:
+    _print_error(problem)
+    raise typer.Exit(exit_code)
+
+
+def _refuse(problem: object) -> NoReturn:
+    """A refused spec, request or option: exit status 2."""
+    _fail(problem, 2)
+
+
+def _refuse_spec(error: "SpecError") -> NoReturn:
+    """Every problem of a spec, one line each, with file, line and field."""
+    for issue in error.issues:
+        _print_error(issue.render(error.source))
+    raise typer.Exit(2)
+
+
+def _no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
+    _fail(f"no study named {name!r} in {settings.storage_url}", exit_code)
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as error:  # one line, the traceback with --debug
+        if _options["debug"]:
+            raise
+        if isinstance(error, SettingsError):  # an option's value: refused like a spec
+            _print_error(error)
+            sys.exit(2)
+        _print_error(f"{type(error).__name__}: {error} (run with --debug for the traceback)")
+        sys.exit(1)

@@ -17,11 +17,12 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from trainers import load_corpus
+from trainers import Corpus, load_corpus
 from tuner.db import StudyRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
 from tuner.experiment import Experiment, run_experiment
 from tuner.ledger import record_interrupted, settled_trials
-from tuner.lifecycle import CANCELLED_REASON, cancel_requested
+from tuner.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
+from tuner.processes import signal_handlers_kept
 from tuner.registration import TrialRegistrar
 from tuner.reporting import OBJECTIVE, TURN
 from tuner.settings import Settings
@@ -44,6 +45,10 @@ class StudyConflict(RuntimeError):
     """The study name is taken by a different spec, or another live process is running it."""
 
 
+class StudyRefused(ValueError):
+    """The study cannot run as specified: its data cannot be read, or its budget fits no model."""
+
+
 def this_controller() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -56,10 +61,32 @@ def launch_study(
     submitted_via: str = "cli",
     callbacks: Sequence[tune.Callback] = (),
 ) -> str:
-    """Create (or continue) the study and run it to the end; returns its final status."""
+    """Create (or continue) the study and run it to the end; returns its final status. Its data and budget are
+    checked first: a study that cannot run is refused (StudyRefused) before anything is stored."""
+    prepared_corpus(spec)
     ensure_schema(settings.storage_url)
+    release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
     claim_study(settings.storage_url, spec, document, submitted_via)
-    return run_claimed_study(spec, settings, callbacks=callbacks)
+    try:
+        return run_claimed_study(spec, settings, callbacks=callbacks)
+    except KeyboardInterrupt:
+        _finish(settings.storage_url, spec.name, "failed", f"interrupted; its running trials run again when it "
+                                                             f"continues (`tuner resume {spec.name}`)")
+        raise
+
+
+def prepared_corpus(spec: StudySpec) -> Corpus:
+    """The study's corpus, once its data is read and a model of every family fits the budget; else StudyRefused."""
+    try:
+        corpus = load_corpus(spec.dataset)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise StudyRefused(f"dataset: {error.args[0] if error.args else error}") from error
+    for family in spec.families:
+        try:
+            trial_setup(spec, family, {}, len(corpus.vocabulary), seed=0)
+        except ValueError as error:
+            raise StudyRefused(f"parameter_budget: {error}") from error
+    return corpus
 
 
 def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) -> None:
@@ -89,10 +116,8 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status."""
     url = settings.storage_url
     try:
-        corpus = load_corpus(spec.dataset)
+        corpus = prepared_corpus(spec)
         vocab_size = len(corpus.vocabulary)
-        for family in spec.families:  # fail before any trial runs when the budget cannot fit a model
-            trial_setup(spec, family, {}, vocab_size, seed=0)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
@@ -115,7 +140,8 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             return "cancelled"
     except BaseException as error:
         _fail_interrupted_trials(url, spec)
-        _finish(url, spec.name, "failed", f"{type(error).__name__}: {error}")
+        if not isinstance(error, KeyboardInterrupt):  # the caller records a stop: launch fails it, a worker requeues
+            _finish(url, spec.name, "failed", f"{type(error).__name__}: {error}")
         raise
     if missing:
         _finish(url, spec.name, "failed", f"stopped with {missing} trial(s) not run; launch the same spec again "
@@ -187,8 +213,9 @@ def _finish(url: str, name: str, status: str, error: str | None) -> None:
 def connect_ray(settings: Settings) -> None:
     if ray.is_initialized():
         return
-    ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False)
+    with signal_handlers_kept():  # how this process stops on SIGTERM is its command's choice, not Ray's
+        ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False)
 
 
 def ray_address(settings: Settings) -> str:

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import optuna
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, select
 
 from tuner.db import (
     CheckpointRecord,
@@ -76,3 +76,16 @@ def delete_study(url: str, name: str, artifact_root: Path) -> None:
     folder = (artifact_root / name).resolve()
     if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: Path) -> bool:
+    """Delete study `name` if it ended (failed or cancelled) before any trial ran and `spec` differs from its
+    own, so that a corrected spec can be launched under the same name. Returns whether it did."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+        if record is None or record.status not in ("failed", "cancelled") or record.spec == spec:
+            return False
+        if session.scalar(select(exists().where(TrialRecord.study_name == name))):
+            return False
+    delete_study(url, name, artifact_root)
+    return True

@@ -11,6 +11,10 @@ STORAGE_VARIABLE = "LM_TUNER_STORAGE"
 ARTIFACTS_VARIABLE = "LM_TUNER_ARTIFACTS"
 
 
+class SettingsError(ValueError):
+    """A storage URL or folder that cannot be used; the message names the option."""
+
+
 def home() -> Path:
     return Path(os.environ.get(HOME_VARIABLE, "lm-tuner-data")).absolute()
 
@@ -35,9 +39,23 @@ class Settings:
     @classmethod
     def from_options(cls, storage: str | None, artifacts: Path | None, ray_address: str | None = None,
                      private_reads: bool = False) -> Settings:
-        return cls(storage or default_storage(), (artifacts or default_artifacts()).absolute(), ray_address,
-                   private_reads)
+        url = storage or default_storage()
+        _check_storage(url, "--storage" if storage else f"${STORAGE_VARIABLE}" if os.environ.get(STORAGE_VARIABLE)
+                       else f"${HOME_VARIABLE}")
+        return cls(url, (artifacts or default_artifacts()).absolute(), ray_address, private_reads)
 
     @property
     def ray_results(self) -> Path:
         return self.artifact_root / "_ray"
+
+
+def _check_storage(url: str, option: str) -> None:
+    """A URL SQLAlchemy can parse, of a database it has a driver for."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as error:
+        raise SettingsError(f"{option}: got {url!r}, not a database URL this installation can use ({error}); "
+                            f"e.g. sqlite:///path/tuner.db or postgresql://user@host/db") from error

@@ -22,6 +22,7 @@ from tuner.hyperparameters import HYPERPARAMETERS
 Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
+MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
 
 
 class _Strict(BaseModel):
@@ -183,12 +184,28 @@ class SpecError(ValueError):
 
 
 def load_spec(path: Path | str) -> StudySpec:
+    return read_spec(path)[0]
+
+
+def read_spec(path: Path | str) -> tuple[StudySpec, str]:
+    """A spec file validated, with its text (a study keeps the document as it was submitted)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            raw = file.read(MAX_SPEC_BYTES + 1)  # at most: `--space /dev/zero` must not read forever
     except OSError as error:
         raise SpecError([SpecIssue("", f"cannot read the spec file: {error.strerror}")], str(path)) from error
-    return parse_spec(text, source=str(path))
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError([SpecIssue("", f"the file is larger than {MAX_SPEC_BYTES:,} bytes; a study spec is a short "
+                                       f"YAML or JSON document")], str(path))
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise SpecError([SpecIssue("", "not a text file (a NUL byte, or not UTF-8); a study spec is a YAML or JSON "
+                                       "document")], str(path))
+    return parse_spec(text, source=str(path)), text
 
 
 def parse_spec(document: str | dict[str, Any], source: str | None = None) -> StudySpec:

@@ -1,0 +1,91 @@
+"""Stopping cleanly: SIGINT and SIGTERM become one orderly stop, and nothing this process started outlives it.
+
+A command that runs trials (`tuner launch`, `resume`, `worker`, `serve`) starts other processes: Ray's
+GCS server, raylet and agents, the trial workers, the REST server's queue worker. Its first SIGINT or
+SIGTERM raises KeyboardInterrupt in the main thread, so the controller marks running trials interrupted
+(they run again on resume) and puts its study back in order; later signals are ignored while it does.
+Then `stop_children` ends whatever is left, including processes that detached from their parent:
+the command adopts them as a child subreaper (Linux), so they stay its descendants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+import psutil
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+_stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
+
+
+def stop_on_signals() -> None:
+    """The first SIGINT or SIGTERM raises KeyboardInterrupt, so every layer that tidies up on Ctrl-C does; later
+    ones are ignored, so that tidying up is not itself interrupted. Which signal it was is `stop_signal()`:
+    libraries re-raise a KeyboardInterrupt of their own (Ray does, from a wait), so the exception cannot carry
+    it. Set explicitly: a command started in the background of a script inherits SIGINT ignored."""
+    def request_stop(signal_number: int, _frame: object) -> None:
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+        _stop_signal.append(signal_number)
+        raise KeyboardInterrupt(signal.Signals(signal_number).name)
+
+    for number in STOP_SIGNALS:
+        signal.signal(number, request_stop)
+
+
+def stop_signal() -> int | None:
+    """The signal that asked this process to stop, or None."""
+    return _stop_signal[0] if _stop_signal else None
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Run code that installs handlers of its own for SIGINT and SIGTERM (ray.init does: its SIGTERM handler
+    exits at once, and its core worker's aborts the process), then put the process's handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+def adopt_orphans() -> None:
+    """Become a child subreaper: a descendant whose parent exits is re-parented to this process instead of
+    init, so `stop_children` still finds it (Ray's helpers detach this way). A no-op outside Linux."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def stop_children(grace_seconds: float = 5.0) -> list[int]:
+    """Ask every descendant to terminate, kill those still alive after `grace_seconds`, and reap them all
+    (again for any that a dying one left behind). Returns the process ids that had to be killed."""
+    killed: list[int] = []
+    for _ in range(3):
+        descendants = psutil.Process().children(recursive=True)
+        if not descendants:
+            break
+        for process in descendants:
+            with contextlib.suppress(psutil.Error):
+                process.terminate()
+        _, alive = psutil.wait_procs(descendants, timeout=grace_seconds)
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(alive, timeout=grace_seconds)
+        killed += [process.pid for process in alive]
+    return killed
