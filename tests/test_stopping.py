@@ -4,9 +4,7 @@ one. Real processes, counted."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,10 +17,12 @@ import pytest
 import yaml
 
 from tests.conftest import TINY_SPEC
+from tests.test_cli import _answers, _wait_for
+from tests.test_cli import environment as _environment
+from tests.test_fault_tolerance import free_port
 
 pytestmark = pytest.mark.slow
 
-SESSION_ENVIRONMENT = dict(os.environ)  # before this session's Ray adds variables the CLI must not inherit
 SLOW = {**TINY_SPEC, "name": "slow", "families": ["lstm"], "fixed": {"num_layers": 1},
         "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}},
         "training": {**TINY_SPEC["training"], "turns": 4, "steps_per_turn": 400},
@@ -49,7 +49,7 @@ def test_stop_children_ends_a_tree_and_the_orphans_it_adopted(tmp_path):
 
 
 def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--port", str(port)], cwd=tmp_path,
                               env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
@@ -120,27 +120,3 @@ def _running_trials(database: Path) -> int:
             return connection.execute("SELECT count(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]
     except sqlite3.OperationalError:
         return 0
-
-
-def _environment(folder: Path) -> dict[str, str]:
-    return {**SESSION_ENVIRONMENT, "COLUMNS": "200", "LM_TUNER_HOME": str(folder / "home")}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _answers(client: httpx.Client) -> bool:
-    try:
-        return client.get("/health").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _wait_for(condition, seconds: float, message: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, message
-        time.sleep(0.3)
