@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from api import pages, plots, routes, sensitivity, sign_in
 from api.deps import SignInRequired
 from api.openapi import document_access
+from api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
 from tuner.db import ensure_schema
 from tuner.settings import Settings
 
@@ -21,8 +25,10 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Fair, tuned comparisons of recurrent language models",
         description="Submit studies (the same YAML/JSON spec `tuner launch` reads), follow their trials, "
                     "download the best checkpoints. The database is the single source of truth.",
+        responses=BAD_URL,
     )
     app.state.settings = settings
+    app.add_middleware(RefuseControlCharacters)  # %00 and friends: 400 before any route or query
     app.include_router(routes.router)
     app.include_router(plots.router)
     app.include_router(sensitivity.router)
@@ -30,7 +36,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(sign_in.router)
     app.add_exception_handler(SignInRequired, sign_in.send_to_sign_in)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, answer_validation_error)
     document_access(app, private_reads=settings.private_reads)
+    # What is loaded by now (torch, pandas, plotly...: some 400,000 objects) lives as long as the process. Left to
+    # the collector, each full collection scans it with the GIL held for ~0.2 s, and every request waits.
+    gc.freeze()
     return app
 
 

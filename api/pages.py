@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
@@ -11,6 +12,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from optuna.distributions import CategoricalDistribution
 
 from api.deps import Reader, SettingsDep, study_or_404
+from api.params import Offset, StudyName, TrialId, text_query
 from api.schemas import StudyOut, TrialOut
 from dashboards import render, static_path
 from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
@@ -31,7 +33,7 @@ DEFAULT_EVALUATOR = "ped_anova"  # fANOVA takes minutes at thousands of trials; 
 Html = {"response_class": HTMLResponse, "dependencies": [Reader]}
 Refresh = Annotated[float, Query(ge=0.2, le=3600, description="seconds between live refreshes")]
 StatusFilter = Annotated[Literal["", *STUDY_STATUSES] | None, Query()]
-Offset = Annotated[int, Query(ge=0)]
+STATIC_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}(/[A-Za-z0-9_.-]{1,100}){0,4}")  # what dashboards/static holds
 
 
 @router.get("/")
@@ -49,13 +51,13 @@ def studies(config: SettingsDep, refresh: Refresh = 5.0) -> str:
 
 @router.get("/dashboard/fragments/studies", **Html)
 def studies_fragment(config: SettingsDep, status_filter: Annotated[StatusFilter, Query(alias="status")] = None,
-                     family: Annotated[str | None, Query(max_length=32)] = None,
-                     q: Annotated[str | None, Query(max_length=64)] = None, offset: Offset = 0) -> str:
+                     family: Annotated[str | None, text_query(32)] = None,
+                     q: Annotated[str | None, text_query(64)] = None, offset: Offset = 0) -> str:
     return render("_studies.html", **_studies(config, status_filter or None, family or None, q or None, offset))
 
 
 @router.get("/dashboard/studies/{name}", **Html)
-def study(name: str, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def study(name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Optimisation history, Pareto front, learning curves, parallel coordinates, importance, trial table."""
     found = study_or_404(config, name)
     return render("study.html", study=_study(found), **_trials(config, name, None, None, None, "value", "asc", 0),
@@ -64,16 +66,16 @@ def study(name: str, config: SettingsDep, refresh: Refresh = 5.0) -> str:
 
 
 @router.get("/dashboard/fragments/studies/{name}/facts", **Html)
-def study_facts(name: str, config: SettingsDep) -> str:
+def study_facts(name: StudyName, config: SettingsDep) -> str:
     return render("_study_facts.html", study=_study(study_or_404(config, name)))
 
 
 @router.get("/dashboard/fragments/studies/{name}/trials", **Html)
 def trials_fragment(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
     state: Annotated[Literal["", *TRIAL_STATES] | None, Query()] = None,
-    family: Annotated[str | None, Query(max_length=32)] = None,
+    family: Annotated[str | None, text_query(32)] = None,
     stage: Annotated[Literal["", *STAGES] | None, Query()] = None,
     sort: Annotated[Literal["number", "value", "family", "state", "started"], Query()] = "value",
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
@@ -86,30 +88,30 @@ def trials_fragment(
 
 
 @router.get("/dashboard/studies/{name}/comparison", **Html)
-def comparison_page(name: str, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def comparison_page(name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Table 2.1: the families side by side, a Pareto plot across them, and the stage-2 lineage."""
     return render("comparison.html", **_comparison(config, name), refresh_ms=int(refresh * 1000))
 
 
 @router.get("/dashboard/fragments/studies/{name}/comparison", **Html)
-def comparison_fragment(name: str, config: SettingsDep) -> str:
+def comparison_fragment(name: StudyName, config: SettingsDep) -> str:
     return render("_comparison.html", **_comparison(config, name))
 
 
 @router.get("/dashboard/trials/{trial_id}", **Html)
-def trial(trial_id: int, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def trial(trial_id: TrialId, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Hyperparameters, learning curve, evaluation results and the checkpoint of one trial."""
     return render("trial.html", **_trial(config, trial_id), refresh_ms=int(refresh * 1000))
 
 
 @router.get("/dashboard/fragments/trials/{trial_id}", **Html)
-def trial_fragment(trial_id: int, config: SettingsDep) -> str:
+def trial_fragment(trial_id: TrialId, config: SettingsDep) -> str:
     return render("_trial.html", **_trial(config, trial_id))
 
 
 @router.get("/dashboard/studies/{name}/sensitivity", **Html)
-def sensitivity_page(name: str, config: SettingsDep, parameter: Annotated[str | None, Query(max_length=64)] = None,
-                     refresh: Refresh = 5.0) -> str:
+def sensitivity_page(name: StudyName, config: SettingsDep,
+                     parameter: Annotated[str | None, text_query(64)] = None, refresh: Refresh = 5.0) -> str:
     """The measured effect of one hyperparameter, with a form that queues more runs."""
     found = study_or_404(config, name)
     spec = StudySpec.model_validate(found.spec)
@@ -121,14 +123,14 @@ def sensitivity_page(name: str, config: SettingsDep, parameter: Annotated[str | 
 
 
 @router.get("/dashboard/fragments/studies/{name}/sensitivity", **Html)
-def sensitivity_fragment(name: str, config: SettingsDep, parameter: Annotated[str, Query(max_length=64)]) -> str:
+def sensitivity_fragment(name: StudyName, config: SettingsDep, parameter: Annotated[str, text_query(64)]) -> str:
     study_or_404(config, name)
     return render("_sensitivity.html", parameter=parameter, **_sensitivity(config, name, parameter))
 
 
 @router.get("/static/{filename:path}")
 def static(filename: str) -> FileResponse:
-    path = static_path(filename)
+    path = static_path(filename) if STATIC_NAME.fullmatch(filename) else None  # names no file has: not looked up
     if path is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {filename!r}")
     # Vendored files carry their version in their name: browsers may keep them for good.

@@ -10,6 +10,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from pydantic import Field
 
 from api.deps import Reader, SettingsDep, Unauthorized, require_study, study_or_404
+from api.params import StudyName, text_query
 from api.schemas import CurvesOut, HistoryBest, HistoryOut, ImportanceOut, ParallelOut
 from dashboards import (
     Range,
@@ -38,7 +39,7 @@ NotFound = {404: {"description": "no such study, or no such family in it"}, **Un
 
 
 @router.get("/studies/{name}/history", response_model=HistoryOut, responses=NotFound)
-def history(name: str, config: SettingsDep) -> HistoryOut:
+def history(name: StudyName, config: SettingsDep) -> HistoryOut:
     """Every tuning trial's score in order (pruned at their last score, failed marked), the best so far per
     family as a step line."""
     require_study(config, name)
@@ -55,7 +56,7 @@ def history(name: str, config: SettingsDep) -> HistoryOut:
 
 @router.get("/studies/{name}/curves", response_model=CurvesOut, responses=NotFound)
 def curves(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
     trial_id: Annotated[list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None, Query(max_length=MAX_CURVES,
                                                 description="trials to draw; default: the best five")] = None,
@@ -74,9 +75,9 @@ def curves(
 
 @router.get("/studies/{name}/parallel", response_model=ParallelOut, responses=NotFound)
 def parallel(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
-    family: Annotated[str | None, Query(max_length=32, description="default: the study's best family")] = None,
+    family: Annotated[str | None, text_query(32, "default: the study's best family")] = None,
 ) -> ParallelOut:
     """Parallel coordinates of one family's complete trials; the best trial and its ±15% neighbourhood
     highlighted."""
@@ -98,7 +99,7 @@ def parallel(
 
 @router.get("/studies/{name}/importance", response_model=ImportanceOut, responses=NotFound)
 def importance(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
     evaluator: Annotated[Evaluator, Query(description="Optuna's importance evaluator")] = "ped_anova",
 ) -> ImportanceOut:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from fastapi import Path as FastAPIPath
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
+from api.params import Limit, Offset, StudyName, TrialId, text_query
 from api.schemas import (
     ComparisonOut,
     EvaluationOut,
@@ -33,6 +33,7 @@ from dashboards import figure_json, non_dominated, pareto_figure
 from tuner.analysis import study_unit, trial_evaluations
 from tuner.comparison import comparison
 from tuner.controller import StudyConflict
+from tuner.feasibility import submission_issues
 from tuner.lifecycle import StudyStateError, cancel_study, delete_study
 from tuner.queue import submit_study
 from tuner.results import (
@@ -45,9 +46,8 @@ from tuner.results import (
     study_trials,
 )
 from tuner.settings import Settings
-from tuner.spec import SpecError, parse_spec
+from tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
 
-MAX_SPEC_BYTES = 256 * 1024
 PARETO_AXES = {
     "params": ("parameter_count", "trainable parameters"),
     "wall_seconds": ("wall_seconds", "training wall time (s)"),
@@ -55,11 +55,8 @@ PARETO_AXES = {
 }
 
 router = APIRouter()
-Limit = Annotated[int, Query(ge=1, le=1000, description="items per page")]
-Offset = Annotated[int, Query(ge=0, description="items to skip")]
 StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING"] | None,
                         Query(description="only trials in this state")]
-TrialId = Annotated[int, FastAPIPath(ge=1, le=2**31 - 1, description="the trial's id (Optuna's trial_id)")]
 NotFound = {404: {"description": "no such study or trial"}}
 
 
@@ -73,8 +70,8 @@ async def studies(
     config: SettingsDep,
     status_filter: Annotated[Literal["queued", "running", "cancelling", "cancelled", "complete", "failed"] | None,
                              Query(alias="status", description="only studies in this status")] = None,
-    family: Annotated[str | None, Query(max_length=32, description="only studies comparing this family")] = None,
-    q: Annotated[str | None, Query(max_length=64, description="name contains")] = None,
+    family: Annotated[str | None, text_query(32, "only studies comparing this family")] = None,
+    q: Annotated[str | None, text_query(64, "name contains")] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> StudyPage:
@@ -101,14 +98,11 @@ async def submit(request: Request, config: SettingsDep) -> Any:
     """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
     body = await _read_limited(request, MAX_SPEC_BYTES)
     try:
-        document = body.decode("utf-8")
-        spec = parse_spec(document, source="request body")
-    except UnicodeDecodeError:
-        return _spec_errors([SpecIssueOut(field="", message="the body must be UTF-8 text", line=None)])
+        spec, document = await run_in_threadpool(_submitted_spec, body)
     except SpecError as error:
         return _spec_errors([SpecIssueOut(field=i.field, message=i.message, line=i.line) for i in error.issues])
     try:
-        submit_study(config.storage_url, spec, document)
+        await run_in_threadpool(submit_study, config.storage_url, spec, document)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}")
@@ -116,7 +110,7 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 @router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-async def study(name: str, config: SettingsDep) -> StudyDetailOut:
+async def study(name: StudyName, config: SettingsDep) -> StudyDetailOut:
     """Status, trial counts by state, progress and ETA, the best trial, and the spec as submitted."""
     return StudyDetailOut.of(await run_in_threadpool(study_or_404, config, name))
 
@@ -124,7 +118,7 @@ async def study(name: str, config: SettingsDep) -> StudyDetailOut:
 @router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
              tags=["studies"], dependencies=[Writer],
              responses={**NotFound, **Unauthorized, 409: {"description": "the study has already ended"}})
-def cancel(name: str, config: SettingsDep) -> StatusOut:
+def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
     """Cancel a queued study at once, or a running one within seconds (its running trials stop)."""
     try:
         return StatusOut(name=name, status=cancel_study(config.storage_url, name))
@@ -136,7 +130,7 @@ def cancel(name: str, config: SettingsDep) -> StatusOut:
 
 @router.delete("/studies/{name}", status_code=status.HTTP_204_NO_CONTENT, tags=["studies"], dependencies=[Writer],
                responses={**NotFound, **Unauthorized, 409: {"description": "the study is still running"}})
-def remove(name: str, config: SettingsDep) -> Response:
+def remove(name: StudyName, config: SettingsDep) -> Response:
     """Delete a study that is not running: its trials, learning curves and checkpoint files."""
     try:
         delete_study(config.storage_url, name, config.artifact_root)
@@ -150,10 +144,10 @@ def remove(name: str, config: SettingsDep) -> Response:
 @router.get("/studies/{name}/trials", response_model=TrialPage, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
 async def trials(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
     state: StateFilter = None,
-    family: Annotated[str | None, Query(max_length=32, description="only this family's trials")] = None,
+    family: Annotated[str | None, text_query(32, "only this family's trials")] = None,
     stage: Annotated[Literal["tune", "rerun", "dyneval"] | None,
                      Query(description="only tuning trials, reruns or stage-2 trials")] = None,
     sort: Annotated[Literal["number", "value", "family", "state", "started"],
@@ -174,7 +168,7 @@ async def trials(
 @router.get("/studies/{name}/pareto", response_model=ParetoOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
 async def pareto(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
     x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
 ) -> ParetoOut:
@@ -198,7 +192,7 @@ def _pareto(config: Settings, name: str, x: str) -> ParetoOut:
 
 @router.get("/studies/{name}/comparison", response_model=ComparisonOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
-async def compare(name: str, config: SettingsDep) -> ComparisonOut:
+async def compare(name: StudyName, config: SettingsDep) -> ComparisonOut:
     """The families side by side (Table 2.1 of the paper): the best tuning run, then validation and test
     with and without Monte-Carlo dropout and dynamic evaluation as mean ± std over the final models (the
     reruns), which stage-2 trial each dynamic result came from, and the winner by the rerun mean."""
@@ -237,10 +231,24 @@ def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
                         headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
 
 
+def _submitted_spec(body: bytes) -> tuple[StudySpec, str]:
+    """The spec of a request body and its text, or SpecError. Run in the thread pool: however the body is made,
+    the event loop keeps answering while it is read."""
+    try:
+        document = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
+    spec = parse_spec(document, source="request body")
+    issues = submission_issues(spec)
+    if issues:
+        raise SpecError(issues, "request body")
+    return spec, document
+
+
 async def _read_limited(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it exceeds `limit` (also when no Content-Length is sent)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and (len(declared) > len(str(limit)) or int(declared) > limit):
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():

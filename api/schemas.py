@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.db import TurnRecord
 from tuner.results import StudyView, TrialView
@@ -269,11 +269,18 @@ class ImportanceOut(BaseModel):
 
 
 
+IDENTIFIER = r"^[A-Za-z0-9_]+$"  # hyperparameter and family names
+
+
 class SensitivityIn(BaseModel):
-    parameter: str = Field(max_length=64, description="the hyperparameter to move (one the family searched)")
+    model_config = ConfigDict(strict=True)  # true is not 1 seed
+
+    parameter: str = Field(max_length=64, pattern=IDENTIFIER,
+                           description="the hyperparameter to move (one the family searched)")
     seeds: int = Field(3, ge=1, le=20, description="training seeds per moved value")
     points: int = Field(5, ge=2, le=21, description="moved values across best ± 15% of the range")
-    family: str | None = Field(None, max_length=32, description="whose best to move; default: the best family")
+    family: str | None = Field(None, max_length=32, pattern=IDENTIFIER,
+                               description="whose best to move; default: the best family")
 
 
 class SensitivityPlanOut(BaseModel):

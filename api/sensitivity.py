@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, status
 from fastapi.exceptions import RequestValidationError
 
 from api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
+from api.params import StudyName, text_query
 from api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
 from dashboards import figure_json, sensitivity_figure
 from tuner.analysis import unit_of
@@ -23,7 +24,7 @@ router = APIRouter(tags=["sensitivity"])
 @router.post("/studies/{name}/sensitivity", response_model=SensitivityPlanOut, status_code=status.HTTP_202_ACCEPTED,
              dependencies=[Writer], responses={404: {"description": "no such study"}, **Unauthorized,
                                                400: {"description": "the body is not valid JSON"}})
-def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
+def request_sensitivity(name: StudyName, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
     """Queue re-runs of the best configuration with `parameter` moved across ±15% of its range (`points`
     values, `seeds` seeds each); a `tuner worker` (or `tuner serve`) trains them. Runs already queued or
     made are not repeated."""
@@ -43,9 +44,9 @@ def request_sensitivity(name: str, body: SensitivityIn, config: SettingsDep) -> 
 @router.get("/studies/{name}/sensitivity", response_model=SensitivityOut, dependencies=[Reader],
             responses={404: {"description": "no such study"}, **Unauthorized})
 def read_sensitivity(
-    name: str,
+    name: StudyName,
     config: SettingsDep,
-    parameter: Annotated[str, Query(max_length=64, description="the hyperparameter that was moved")],
+    parameter: Annotated[str, text_query(64, "the hyperparameter that was moved")],
 ) -> SensitivityOut:
     """The measured effect: per family and moved value, mean ± std of the validation score over seeds, with
     the figure; `pending` counts runs still queued or running."""

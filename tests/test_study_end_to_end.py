@@ -14,8 +14,16 @@ from sqlalchemy import select
 
 from models import count_parameters
 from trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
-from tuner.controller import INTERRUPTED_REASON, StudyConflict, launch_study, ray_address
+from tuner.controller import (
+    INTERRUPTED_REASON,
+    StudyConflict,
+    StudyRefused,
+    launch_study,
+    ray_address,
+    run_claimed_study,
+)
 from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
+from tuner.queue import claim_next_study, submit_study
 from tuner.settings import Settings
 from tuner.spec import parse_spec
 
@@ -123,10 +131,18 @@ def test_trial_that_cannot_fit_the_budget_fails_with_its_reason(ray_cluster, sql
     assert "parameter_budget: 100 is too small" in record.fail_reason and record.state == "FAIL"
 
 
-def test_budget_too_small_for_any_model_fails_the_study_before_trials(ray_cluster, sqlite_url, tiny_spec, tmp_path):
+def test_budget_too_small_for_any_model_is_refused_before_the_study_exists(sqlite_url, tiny_spec, tmp_path):
     document = tiny_spec(parameter_budget=50)
-    with pytest.raises(ValueError, match="parameter_budget: 50 is too small"):
+    ensure_schema(sqlite_url)
+    with pytest.raises(StudyRefused, match="parameter_budget: family 'lstm': 50 is too small"):
         run(document, sqlite_url, tmp_path)
+    with sessions(sqlite_url)() as session:
+        assert session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny")) is None  # nothing half-made
+    # A queued study (its corpus unknown at submission) fails when its worker finds out, before any trial.
+    submit_study(sqlite_url, parse_spec(document), document)
+    claim_next_study(sqlite_url)
+    with pytest.raises(StudyRefused):
+        run_claimed_study(parse_spec(document), Settings(sqlite_url, tmp_path / "artifacts"))
     with sessions(sqlite_url)() as session:
         study = session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny"))
     assert study.status == "failed" and "too small" in study.error

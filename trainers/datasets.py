@@ -25,6 +25,9 @@ from trainers.text import UnknownTokens, read_corpus
 RegisteredName = Literal["ptb", "ptb-char", "wikitext-2", "wikitext-103", "enwik8", "text8"]
 FormatName = Literal["ptb", "ptb-char", "wikitext", "enwik8", "text8"]
 
+PTB_VOCABULARY_SIZE = 10_000
+"""Word types of the pinned PTB training split with <eos>; its validation and test words all occur in it."""
+
 _UNKNOWN_TOKENS = Field(
     "error", description="validation/test tokens missing from the training split: error, unk (map to <unk>), "
                          "add (vocabulary from all splits)")
@@ -66,7 +69,7 @@ def _validate_dataset(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     kind = data.get("generator") or ("path" if "path" in data else "name" if "name" in data else None)
-    if kind not in DATASET_KINDS:
+    if not isinstance(kind, str) or kind not in DATASET_KINDS:
         where, detail = (("generator",), f"unknown generator {kind!r}; allowed: markov, reverse-copy") \
             if "generator" in data else ((), "a dataset needs one of: name (a registered dataset), path (local files "
                                              "with a format), generator (markov or reverse-copy)")
@@ -76,7 +79,7 @@ def _validate_dataset(data: Any) -> Any:
     if unknown:
         allowed = ", ".join(model.model_fields)
         raise _errors(model.__name__, [((key,), f"unknown field; allowed: {allowed}", data[key]) for key in unknown])
-    return model.model_validate(data)
+    return model.model_validate(data, strict=True)  # the caller's strictness does not reach through this validator
 
 
 def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:
@@ -97,6 +100,18 @@ _ADAPTER: TypeAdapter[DatasetConfig] = TypeAdapter(DatasetConfig)
 
 def dataset_from_dict(data: dict) -> DatasetConfig:
     return _ADAPTER.validate_python(data)
+
+
+def known_vocabulary_size(config: DatasetConfig) -> int | None:
+    """The vocabulary size a configuration fixes before any file is read: that of a generated corpus, or of
+    registered PTB (its files are pinned by checksum); None where only the files can tell."""
+    if isinstance(config, MarkovCorpusConfig):
+        return config.vocab_size
+    if isinstance(config, ReverseCopyConfig):
+        return config.symbols + 2  # <eos> and <sep>
+    if isinstance(config, RegisteredDatasetConfig) and config.name == "ptb":
+        return PTB_VOCABULARY_SIZE
+    return None
 
 
 @lru_cache(maxsize=4)

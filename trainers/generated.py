@@ -34,7 +34,7 @@ class MarkovCorpusConfig(BaseModel):
     train_tokens: int = Field(100_000, ge=100)
     valid_tokens: int = Field(10_000, ge=100)
     test_tokens: int = Field(10_000, ge=100)
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seeds the generator")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ReverseCopyConfig(BaseModel):
     train_examples: int = Field(5_000, ge=1)
     valid_examples: int = Field(500, ge=1)
     test_examples: int = Field(500, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, description="seeds the generator")
 
 
 SEP = "<sep>"

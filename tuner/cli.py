@@ -580,10 +580,12 @@ def _refuse(problem: object) -> NoReturn:
     _fail(problem, 2)
 
 
-def _refuse_spec(error: "SpecError") -> NoReturn:
-    """Every problem of a spec, one line each, with file, line and field."""
-    for issue in error.issues:
+def _refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
+    """The problems of a spec, one line each, with file, line and field (the first `shown` of them)."""
+    for issue in error.issues[:shown]:
         _print_error(issue.render(error.source))
+    if len(error.issues) > shown:
+        _print_error(f"{error.source}: ... and {len(error.issues) - shown} more problems")
     raise typer.Exit(2)
 
 

@@ -20,13 +20,14 @@ from sqlalchemy import select
 from trainers import Corpus, load_corpus
 from tuner.db import StudyRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
 from tuner.experiment import Experiment, run_experiment
+from tuner.feasibility import budget_issues
 from tuner.ledger import record_interrupted, settled_trials
 from tuner.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
 from tuner.processes import signal_handlers_kept
 from tuner.registration import TrialRegistrar
 from tuner.reporting import OBJECTIVE, TURN
 from tuner.settings import Settings
-from tuner.space import distributions, initial_points, optuna_study_name, trial_seed, trial_setup
+from tuner.space import distributions, initial_points, optuna_study_name, trial_seed
 from tuner.spec import StudySpec
 from tuner.stages import run_reruns, run_stage_two, run_test_protocols
 from tuner.strategies import make_sampler, make_scheduler
@@ -81,11 +82,9 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
         corpus = load_corpus(spec.dataset)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise StudyRefused(f"dataset: {error.args[0] if error.args else error}") from error
-    for family in spec.families:
-        try:
-            trial_setup(spec, family, {}, len(corpus.vocabulary), seed=0)
-        except ValueError as error:
-            raise StudyRefused(f"parameter_budget: {error}") from error
+    issues = budget_issues(spec, len(corpus.vocabulary))
+    if issues:
+        raise StudyRefused("; ".join(issue.render(None) for issue in issues))
     return corpus
 
 

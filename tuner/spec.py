@@ -8,21 +8,42 @@ line, so the CLI and the REST API report the same errors in the same words.
 from __future__ import annotations
 
 import math
+import re
 import typing
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from trainers import DatasetConfig, Schedule
 from tuner.hyperparameters import HYPERPARAMETERS
+from tuner.yaml_loader import DocumentError, load_document, shown
 
 Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""Every integer of a spec fits the database's 32-bit Integer columns (seeds, counts, budgets, sizes)."""
+MAX_TUNING_SEED = 2**30
+"""Trial seeds add the trial number to the tuning seed, and rerun seeds 1,000,000 per repeat (tuner.space): at most
+1,000,000 trials and 1,000 reruns keep every derived seed below 2**31."""
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _hyperparameter_value(value: Any) -> bool | int | float:
+    """The value as given: a union would try each member in turn, and report three errors for one value."""
+    if isinstance(value, bool | int | float):
+        return value
+    raise PydanticCustomError("hyperparameter_value", "must be a number or true/false")
+
+
+HyperparameterValue = Annotated[bool | int | float,
+                                PlainValidator(_hyperparameter_value, json_schema_input_type=bool | int | float)]
 
 
 class _Strict(BaseModel):
@@ -35,18 +56,18 @@ class SearchRange(_Strict):
     low: float | None = Field(None, description="lower bound, included")
     high: float | None = Field(None, description="upper bound, included")
     log: bool = Field(False, description="sample uniformly in log space (needs low > 0)")
-    choices: list[bool | int | float] | None = Field(None, description="the values to choose from")
+    choices: list[HyperparameterValue] | None = Field(None, description="the values to choose from")
     families: list[Family] | None = Field(None, description="search it only for these families")
 
 
 class Tuning(_Strict):
     sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
-    trials: int = Field(..., ge=1, description="trials per model family")
+    trials: int = Field(..., ge=1, le=1_000_000, description="trials per model family")
     startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
     concurrency: int = Field(1, ge=1, description="trials running at once")
-    seed: int = Field(0, description="seeds the sampler; trial k trains with seed + k")
+    seed: int = Field(0, ge=0, le=MAX_TUNING_SEED, description="seeds the sampler; trial k trains with seed + k")
     max_retries: int = Field(2, ge=0, description="restarts of a trial whose worker process or node died")
-    initial_points: list[dict[str, bool | int | float]] = Field(
+    initial_points: list[dict[str, HyperparameterValue]] = Field(
         default_factory=list, description="configurations tried first, in order (each family takes the "
                                           "hyperparameters it searches; the rest are sampled)")
 
@@ -68,7 +89,7 @@ class Reruns(_Strict):
     """The best configurations trained again with new seeds: families are compared on the means."""
 
     top: int = Field(1, ge=1, description="best configurations of each family to train again")
-    seeds: int = Field(3, ge=1, description="new seeds for each of them")
+    seeds: int = Field(3, ge=1, le=1000, description="new seeds for each of them")
 
 
 class Evaluation(_Strict):
@@ -116,7 +137,7 @@ class StudySpec(_Strict):
     families: list[Family] = Field(..., min_length=1, description="model families compared at one budget")
     parameter_budget: int = Field(..., ge=1, description="trainable parameters of every model")
     training: Schedule = Field(Schedule(), description="the training schedule; see its section")
-    fixed: dict[str, bool | int | float] = Field(default_factory=dict, description="hyperparameters held fixed")
+    fixed: dict[str, HyperparameterValue] = Field(default_factory=dict, description="hyperparameters held fixed")
     search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
     tuning: Tuning = Field(..., description="sampler, trials and concurrency; see its section")
     early_stopping: EarlyStopping = Field(EarlyStopping(), description="see its section")
@@ -128,16 +149,17 @@ class StudySpec(_Strict):
     @field_validator("families")
     @classmethod
     def _unique_families(cls, families: list[str]) -> list[str]:
-        duplicates = sorted({f for f in families if families.count(f) > 1})
+        duplicates = sorted(family for family, count in Counter(families).items() if count > 1)
         if duplicates:
             raise ValueError(f"families listed twice: {', '.join(duplicates)}")
         return families
 
     def searched_for(self, family: str) -> dict[str, SearchRange]:
-        """The search space of one family's study."""
+        """The search space of one family's study (unknown names, refused by parse_spec, are not in it)."""
         return {
             name: space for name, space in self.search_space.items()
-            if family in HYPERPARAMETERS[name].families and (space.families is None or family in space.families)
+            if name in HYPERPARAMETERS and family in HYPERPARAMETERS[name].families
+            and (space.families is None or family in space.families)
         }
 
     def planned_turns(self) -> int | None:
@@ -209,26 +231,32 @@ def read_spec(path: Path | str) -> tuple[StudySpec, str]:
 
 
 def parse_spec(document: str | dict[str, Any], source: str | None = None) -> StudySpec:
-    """Validate a YAML/JSON text (or an already parsed mapping) into a StudySpec."""
+    """Validate a YAML/JSON text (or an already parsed mapping) into a StudySpec.
+
+    Every problem is a SpecIssue in the raised SpecError: the text's syntax and bounds first (tuner.yaml_loader),
+    then values no database can store, then the fields, then their meaning.
+    """
     lines: dict[tuple[str, ...], int] = {}
     if isinstance(document, str):
         try:
-            data = yaml.safe_load(document)
-            lines = _line_index(yaml.compose(document))
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            raise SpecError([SpecIssue("", f"not valid YAML/JSON: {error}", line)], source) from error
+            data, lines = load_document(document)
+        except DocumentError as error:
+            raise SpecError([SpecIssue(_field(path), message, line) for path, message, line in error.problems],
+                            source) from error
     else:
         data = document
     if not isinstance(data, dict):
         raise SpecError([SpecIssue("", "the document must be a mapping of fields (name, dataset, families, ...)")],
                         source)
-    try:
-        spec = StudySpec.model_validate(data)
+    unstorable = _unstorable_values(data)
+    if unstorable:
+        raise SpecError([SpecIssue(_field(path), message, _line_of(path, lines)) for path, message in unstorable],
+                        source)
+    try:  # strict: true is not 1, nor 2.0 an integer
+        spec = StudySpec.model_validate(data, strict=True)
     except ValidationError as error:
         raise SpecError([_issue_from_pydantic(e, lines) for e in error.errors()], source) from error
-    issues = [SpecIssue(".".join(path), message, _line_of(path, lines)) for path, message in _semantic_issues(spec)]
+    issues = [SpecIssue(_field(path), message, _line_of(path, lines)) for path, message in _semantic_issues(spec)]
     if issues:
         raise SpecError(issues, source)
     return spec
@@ -236,6 +264,43 @@ def parse_spec(document: str | dict[str, Any], source: str | None = None) -> Stu
 
 def spec_to_yaml(spec: StudySpec) -> str:
     return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=False), sort_keys=False)
+
+
+def _unstorable_values(data: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Values that no study can hold, wherever they are: integers beyond the database's 32-bit columns, infinite
+    or NaN numbers (the spec is stored as JSON, which has neither) and text with control characters (PostgreSQL
+    refuses NUL in text)."""
+    if isinstance(data, dict):
+        issues = []
+        for key, value in data.items():
+            child = (*path, str(key))
+            if isinstance(key, str) and (problem := _text_problem(key)):
+                issues.append((child, f"the key {problem}"))
+            issues += _unstorable_values(value, child)
+        return issues
+    if isinstance(data, list):
+        return [issue for index, item in enumerate(data) for issue in _unstorable_values(item, (*path, str(index)))]
+    if isinstance(data, int) and not isinstance(data, bool) and not INT32_MIN <= data <= INT32_MAX:
+        return [(path, f"got {shown(data)}; allowed: an integer in [{INT32_MIN}, {INT32_MAX}] (the database stores "
+                       f"32-bit integers)")]
+    if isinstance(data, float) and not math.isfinite(data):
+        return [(path, f"got {data}; allowed: a finite number")]
+    if isinstance(data, str) and (problem := _text_problem(data)):
+        return [(path, problem)]
+    return []
+
+
+def _text_problem(text: str) -> str | None:
+    found = _CONTROL_CHARACTER.search(text)
+    if found is None:
+        return None
+    return (f"contains the control character U+{ord(found.group()):04X} at position {found.start()}; allowed: text "
+            f"without control characters (tab and line breaks excepted)")
+
+
+def _field(path: tuple[str, ...]) -> str:
+    """A key path as a field name, with control characters written as escapes."""
+    return ".".join(_CONTROL_CHARACTER.sub(lambda c: f"\\u{ord(c.group()):04x}", part) for part in path)
 
 
 def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
@@ -259,12 +324,13 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         families = tuple(f for f in hyper.families if space.families is None or f in space.families)
         issues += _family_issues(("search_space", name), families, spec.families)
         issues += [(("search_space", name, *path), message) for path, message in _range_issues(hyper, space)]
+    choice_sets = {name: set(space.choices) for name, space in spec.search_space.items() if space.choices is not None}
     for index, point in enumerate(spec.tuning.initial_points):
         for name, value in point.items():
             path = ("tuning", "initial_points", str(index), name)
             if name not in spec.search_space:
                 issues.append((path, f"not a searched hyperparameter; allowed: {', '.join(spec.search_space)}"))
-            elif not _in_range(value, spec.search_space[name]):
+            elif not _in_range(value, spec.search_space[name], choice_sets.get(name)):
                 issues.append((path, f"got {value!r}; outside the search range of {name}"))
     if spec.dynamic_evaluation is not None:
         if spec.evaluation is None:
@@ -311,8 +377,8 @@ def _range_issues(hyper, space: SearchRange) -> list[tuple[tuple[str, ...], str]
             return [((), "give either choices or low/high, not both")]
         if not space.choices:
             return [(("choices",), "needs at least one value")]
-        bad = [c for c in space.choices if not hyper.accepts(c)]
-        return [(("choices",), f"got {bad!r}; allowed: {hyper.allowed()}")] if bad else []
+        return [(("choices", str(index)), f"got {shown(choice)}; allowed: {hyper.allowed()}")
+                for index, choice in enumerate(space.choices) if not hyper.accepts(choice)]
     if hyper.kind == "bool":
         return [((), "a true/false hyperparameter is searched with choices: [true, false]")]
     if space.low is None or space.high is None:
@@ -333,9 +399,9 @@ def _range_issues(hyper, space: SearchRange) -> list[tuple[tuple[str, ...], str]
     return issues
 
 
-def _in_range(value: bool | int | float, space: SearchRange) -> bool:
-    if space.choices is not None:
-        return value in space.choices
+def _in_range(value: bool | int | float, space: SearchRange, choices: set[bool | int | float] | None) -> bool:
+    if choices is not None:
+        return value in choices
     if isinstance(value, bool) or space.low is None or space.high is None:
         return False
     return space.low <= value <= space.high
@@ -349,9 +415,13 @@ def _issue_from_pydantic(error: dict[str, Any], lines: dict[tuple[str, ...], int
         message = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
     elif error["type"] == "missing":
         message = "required field is missing"
+    elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # named by the field that selects a kind
+        path = (*path, error["ctx"]["discriminator"].strip("'"))
+        message = (f"got {shown(error['ctx']['tag'])}; allowed: {error['ctx']['expected_tags']}"
+                   if error["type"] == "union_tag_invalid" else "required field is missing")
     elif "input" in error and error["type"] not in ("model_type", "dict_type"):
-        message = f"{message} (got {error['input']!r})"
-    return SpecIssue(".".join(path), message, _line_of(path, lines))
+        message = f"{message} (got {shown(error['input'])})"
+    return SpecIssue(_field(path), message, _line_of(path, lines))
 
 
 def _allowed_keys(path: tuple[str, ...]) -> list[str]:
@@ -371,23 +441,6 @@ def _allowed_keys(path: tuple[str, ...]) -> list[str]:
             return []
         model = annotation
     return list(model.model_fields)
-
-
-def _line_index(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
-    """Map each key path of a YAML document to the 1-based line where it appears."""
-    index: dict[tuple[str, ...], int] = {}
-    if node is None:
-        return index
-    index[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            index.update(_line_index(value, child))
-            index[child] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for position, item in enumerate(node.value):
-            index.update(_line_index(item, (*path, str(position))))
-    return index
 
 
 def _line_of(path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> int | None:
