@@ -470,7 +470,7 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
              if study.best_possible_perplexity else "")
     console.print(f"\n[bold]{study.name}[/bold] ({study.status}) budget {study.parameter_budget:,} parameters{known}")
     if study.error:
-        console.print(f"[red]{study.error}[/red]")
+        console.print(study.error, style="red", markup=False)  # stored text: never read as markup
     counts, best = family_counts(url, name), best_trials(url, name)
     per_family = Table("family", "complete", "pruned", "failed", "running", "best val ppl", "best trial")
     for family in study.families:
@@ -488,7 +488,7 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
         console.print(table)
     failed = study_trials(url, name, state="FAIL", limit=10)
     for trial in failed.items:
-        console.print(f"[red]{trial.family}#{trial.number} failed: {trial.fail_reason}[/red]")
+        console.print(f"{trial.family}#{trial.number} failed: {trial.fail_reason}", style="red", markup=False)
     if failed.total > len(failed.items):
         console.print(f"[red]... and {failed.total - len(failed.items)} more failed trials[/red]")
     return True
