@@ -21,8 +21,6 @@ import psutil
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_CHILD_SUBREAPER = 36
-
-
 _stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
 
 
