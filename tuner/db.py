@@ -48,6 +48,7 @@ VERSION_TABLE = "lmt_alembic_version"  # Optuna keeps its own migrations in "ale
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 STUDY_STATUSES = ("queued", "running", "cancelling", "cancelled", "complete", "failed")
+BEYOND_TUNING = text("stage <> 'tune' OR interrupted")  # trials of later stages, and interrupted tuning trials
 
 
 def utcnow() -> datetime:
@@ -113,7 +114,10 @@ class TrialRecord(Base):
 
     __tablename__ = "lmt_trials"
     __table_args__ = (Index("ix_lmt_trials_study_state", "study_name", "state"),
-                      Index("ix_lmt_trials_study_value", "study_name", "value"))
+                      Index("ix_lmt_trials_study_value", "study_name", "value"),
+                      # the rows progress reads beyond the tuning counters (tuner.results), a few per study
+                      Index("ix_lmt_trials_beyond_tuning", "study_name", postgresql_where=BEYOND_TUNING,
+                            sqlite_where=BEYOND_TUNING))
 
     trial_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     study_name: Mapped[str] = mapped_column(String(64), index=True)

@@ -22,9 +22,10 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
     TrialParamModel,
     TrialUserAttributeModel,
 )
-from sqlalchemy import Select, and_, bindparam, func, or_, select
+from sqlalchemy import Select, and_, bindparam, func, select
 
 from tuner.db import (
+    BEYOND_TUNING,
     CheckpointRecord,
     StudyRecord,
     TrialCountRecord,
@@ -456,7 +457,7 @@ def _tally_query() -> Select:
                    func.count().filter(TrialRecord.state == "COMPLETE").label("complete"),
                    func.count().filter(interrupted, TrialRecord.state.in_(SETTLED_STATES)).label("interrupted"))
             .where(TrialRecord.study_name.in_(bindparam("names", expanding=True)),
-                   TrialRecord.stage.in_(STAGE_LABELS), or_(TrialRecord.stage != "tune", interrupted))
+                   TrialRecord.stage.in_(STAGE_LABELS), BEYOND_TUNING)  # as its partial index says it
             .group_by(TrialRecord.study_name, TrialRecord.stage, TrialRecord.family))
 
 
