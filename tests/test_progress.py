@@ -103,6 +103,18 @@ def test_a_resumed_study_counts_its_interrupted_trials_once(storage_url):
         assert study.counts["FAIL"] == 3  # the tuning trials by state are still all there
 
 
+def test_a_study_is_counted_from_its_own_trials_only(storage_url):
+    """Another study's interrupted trials and later stages never reach this study's progress (nor fail a read)."""
+    add_study(storage_url, "quiet", status="complete", tuning={"trials": 1, "concurrency": 1})
+    add_trial(storage_url, "quiet", "tune", "COMPLETE")
+    add_study(storage_url, "busy", reruns={"top": 1, "seeds": 2}, tuning={"trials": 1, "concurrency": 1})
+    add_trial(storage_url, "busy", "tune", "FAIL", interrupted=True)
+    add_trial(storage_url, "busy", "rerun", "COMPLETE")
+    (quiet,) = [StudyOut.of(s) for s in list_studies(storage_url, name_contains="quiet").items]
+    assert stage_counts(quiet) == {"tune": (1, 1, 0)} and quiet.progress == 1.0
+    assert stage_counts(StudyOut.of(get_study(storage_url, "quiet"))) == {"tune": (1, 1, 0)}
+
+
 def test_the_eta_of_a_resumed_study_comes_from_its_trials_not_its_first_start(storage_url):
     """10 planned, 3 settled in 10 s each, 2 running for 4 s, 2 at a time: 6 s, then 3 rounds of 10 s for the
     5 not started. Interrupted trials neither count nor set the pace, and the day since the study was first

@@ -48,7 +48,7 @@ VERSION_TABLE = "lmt_alembic_version"  # Optuna keeps its own migrations in "ale
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 STUDY_STATUSES = ("queued", "running", "cancelling", "cancelled", "complete", "failed")
-BEYOND_TUNING = text("stage <> 'tune' OR interrupted")  # trials of later stages, and interrupted tuning trials
+BEYOND_TUNING = text("(stage <> 'tune' OR interrupted)")  # later stages' trials, interrupted tuning trials
 
 
 def utcnow() -> datetime:

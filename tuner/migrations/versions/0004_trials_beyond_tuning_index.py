@@ -18,7 +18,7 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-BEYOND_TUNING = sa.text("stage <> 'tune' OR interrupted")
+BEYOND_TUNING = sa.text("(stage <> 'tune' OR interrupted)")
 
 
 def upgrade() -> None:
