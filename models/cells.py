@@ -1,7 +1,7 @@
 """Recurrent cells (LSTM, RLSTM, mLSTM) and the Mogrifier, each defined once.
 
-Every cell maps (x, h_prev, c_prev) to (h, c) (METHODOLOGY.md section 1). Its `step` is the only
-statement of its forward math: the reference path runs it under autograd; the fast path runs it on
+Every cell maps (x, h_prev, c_prev) to (h, c) (Melis et al., "Mogrifier LSTM", 2020, section 2). Its
+`step` is the only statement of its forward math: the reference path runs it under autograd; the fast path runs it on
 a `Tape` and differentiates it with `step_backward`, the hand-derived gradient written beside it.
 All linear maps go through the `linear` argument (see models/tape.py). The input-dependent part of
 the pre-activations, `linear(cell.input, x)`, is computed by the caller so that it can be batched
