@@ -10,12 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from api import pages, plots, routes, sensitivity, sign_in
-from api.deps import SignInRequired
-from api.openapi import document_access
-from api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
-from tuner.db import ensure_schema
-from tuner.settings import Settings
+from lm_tuner.api import pages, plots, routes, sensitivity, sign_in
+from lm_tuner.api.deps import SignInRequired
+from lm_tuner.api.openapi import document_access
+from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
+from lm_tuner.tuner.db import ensure_schema
+from lm_tuner.tuner.settings import Settings
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -11,18 +11,18 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from optuna.distributions import CategoricalDistribution
 
-from api.deps import Reader, SettingsDep, study_or_404
-from api.params import Offset, StudyName, TrialId, text_query
-from api.schemas import StudyOut, TrialOut
-from dashboards import render, static_path
-from tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
-from tuner.comparison import comparison
-from tuner.db import STUDY_STATUSES
-from tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_families, study_trials
-from tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
-from tuner.settings import Settings
-from tuner.space import distributions
-from tuner.spec import StudySpec
+from lm_tuner.api.deps import Reader, SettingsDep, study_or_404
+from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
+from lm_tuner.api.schemas import StudyOut, TrialOut
+from lm_tuner.dashboards import render, static_path
+from lm_tuner.tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
+from lm_tuner.tuner.comparison import comparison
+from lm_tuner.tuner.db import STUDY_STATUSES
+from lm_tuner.tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_families, study_trials
+from lm_tuner.tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import distributions
+from lm_tuner.tuner.spec import StudySpec
 
 router = APIRouter(include_in_schema=False)
 

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tuner.spec import INT32_MAX, NAME_PATTERN
+from lm_tuner.tuner.spec import INT32_MAX, NAME_PATTERN
 
 PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"  # free text in a URL: no control character
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

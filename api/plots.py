@@ -9,10 +9,10 @@ from fastapi import APIRouter, HTTPException, Query, status
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from pydantic import Field
 
-from api.deps import Reader, SettingsDep, Unauthorized, require_study, study_or_404
-from api.params import StudyName, text_query
-from api.schemas import CurvesOut, HistoryBest, HistoryOut, ImportanceOut, ParallelOut
-from dashboards import (
+from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, require_study, study_or_404
+from lm_tuner.api.params import StudyName, text_query
+from lm_tuner.api.schemas import CurvesOut, HistoryBest, HistoryOut, ImportanceOut, ParallelOut
+from lm_tuner.dashboards import (
     Range,
     averaging_switches,
     curves_figure,
@@ -22,7 +22,7 @@ from dashboards import (
     neighbourhood,
     parallel_figure,
 )
-from tuner.analysis import (
+from lm_tuner.tuner.analysis import (
     MAX_CURVES,
     Evaluator,
     best_trial_ids,

@@ -10,9 +10,9 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
-from api.params import Limit, Offset, StudyName, TrialId, text_query
-from api.schemas import (
+from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
+from lm_tuner.api.params import Limit, Offset, StudyName, TrialId, text_query
+from lm_tuner.api.schemas import (
     ComparisonOut,
     EvaluationOut,
     ParetoOut,
@@ -29,14 +29,14 @@ from api.schemas import (
     TrialPage,
     TurnOut,
 )
-from dashboards import figure_json, non_dominated, pareto_figure
-from tuner.analysis import study_unit, trial_evaluations
-from tuner.comparison import comparison
-from tuner.controller import StudyConflict
-from tuner.feasibility import submission_issues
-from tuner.lifecycle import StudyStateError, cancel_study, delete_study
-from tuner.queue import submit_study
-from tuner.results import (
+from lm_tuner.dashboards import figure_json, non_dominated, pareto_figure
+from lm_tuner.tuner.analysis import study_unit, trial_evaluations
+from lm_tuner.tuner.comparison import comparison
+from lm_tuner.tuner.controller import StudyConflict
+from lm_tuner.tuner.feasibility import submission_issues
+from lm_tuner.tuner.lifecycle import StudyStateError, cancel_study, delete_study
+from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.results import (
     Page,
     TrialView,
     get_trial,
@@ -45,8 +45,8 @@ from tuner.results import (
     pareto_frame,
     study_trials,
 )
-from tuner.settings import Settings
-from tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
 
 PARETO_AXES = {
     "params": ("parameter_count", "trainable parameters"),
@@ -221,7 +221,7 @@ def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
             responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
                        403: {"description": "the stored path leaves the artifact store"}})
 def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
-    """The trial's best checkpoint, streamed (load it with `trainers.load_checkpoint`)."""
+    """The trial's best checkpoint, streamed (load it with `lm_tuner.trainers.load_checkpoint`)."""
     found = get_trial(config.storage_url, trial_id)
     if found is None or found.checkpoint is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")

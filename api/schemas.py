@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.db import TurnRecord
-from tuner.results import StudyView, TrialView
-from tuner.study_progress import StageProgress
+from lm_tuner.tuner.db import TurnRecord
+from lm_tuner.tuner.results import StudyView, TrialView
+from lm_tuner.tuner.study_progress import StageProgress
 
 
 class CheckpointOut(BaseModel):

@@ -7,16 +7,22 @@ from typing import Annotated
 from fastapi import APIRouter, status
 from fastapi.exceptions import RequestValidationError
 
-from api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
-from api.params import StudyName, text_query
-from api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
-from dashboards import figure_json, sensitivity_figure
-from tuner.analysis import unit_of
-from tuner.db import optuna_storage
-from tuner.sensitivity import SensitivityError, measured_effect, pending_runs, plan_sensitivity, sensitivity_runs
-from tuner.space import distributions
-from tuner.spec import StudySpec
-from tuner.stages import top_trials
+from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
+from lm_tuner.api.params import StudyName, text_query
+from lm_tuner.api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
+from lm_tuner.dashboards import figure_json, sensitivity_figure
+from lm_tuner.tuner.analysis import unit_of
+from lm_tuner.tuner.db import optuna_storage
+from lm_tuner.tuner.sensitivity import (
+    SensitivityError,
+    measured_effect,
+    pending_runs,
+    plan_sensitivity,
+    sensitivity_runs,
+)
+from lm_tuner.tuner.space import distributions
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.stages import top_trials
 
 router = APIRouter(tags=["sensitivity"])
 

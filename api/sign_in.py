@@ -9,9 +9,9 @@ from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SESSION_COOKIE, SettingsDep, SignInRequired
-from dashboards import render
-from tuner.tokens import token_is_valid
+from lm_tuner.api.deps import SESSION_COOKIE, SettingsDep, SignInRequired
+from lm_tuner.dashboards import render
+from lm_tuner.tuner.tokens import token_is_valid
 
 router = APIRouter(include_in_schema=False)
 

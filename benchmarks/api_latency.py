@@ -33,7 +33,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.db import (  # noqa: E402
+from lm_tuner.tuner.db import (  # noqa: E402
     EvaluationRecord,
     StudyRecord,
     TrialRecord,
@@ -42,7 +42,7 @@ from tuner.db import (  # noqa: E402
     families_column,
     optuna_storage,
 )
-from tuner.spec import parse_spec  # noqa: E402
+from lm_tuner.tuner.spec import parse_spec  # noqa: E402
 
 SPACE = {
     "learning_rate": FloatDistribution(0.001, 0.004, log=True),
@@ -223,7 +223,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as artifacts:
             environment = {**os.environ, "OMP_NUM_THREADS": "1"}
             processes.append(subprocess.Popen(
-                [sys.executable, "-m", "tuner", "serve", "--storage", url, "--artifacts", artifacts, "--no-worker",
+                [sys.executable, "-m", "lm_tuner.tuner",
+                 "serve", "--storage", url, "--artifacts", artifacts, "--no-worker",
                  "--port", str(ours_port)], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             processes.append(subprocess.Popen(
                 [str(Path(sys.executable).parent / "optuna-dashboard"), url, "--port", str(theirs_port)],
@@ -252,7 +253,7 @@ def main() -> None:
             process.terminate()
             process.wait(timeout=30)
         optuna_storage(url).engine.dispose()
-        from tuner.db import engine_for
+        from lm_tuner.tuner.db import engine_for
 
         engine_for(url).dispose()
         with admin.connect() as connection:

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from models import LanguageModel, ModelConfig
-from models.recurrence import RecurrentLayer
-from trainers.heap import keep_freed_memory
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.models.recurrence import RecurrentLayer
+from lm_tuner.trainers.heap import keep_freed_memory
 
 VOCAB, HIDDEN, LAYERS, BATCH, BPTT, ROUNDS, RANK = 10_000, 512, 2, 32, 35, 5, 40
 FAMILY_FIELDS = {

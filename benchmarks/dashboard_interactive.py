@@ -92,7 +92,7 @@ def main() -> None:
         print(f"seeded {args.trials} trials x {args.turns} turns in {seeding_seconds:.1f} s")
         port = free_port()
         server = subprocess.Popen(
-            [sys.executable, "-m", "tuner", "serve", "--storage", url, "--artifacts", f"{folder}/artifacts",
+            [sys.executable, "-m", "lm_tuner.tuner", "serve", "--storage", url, "--artifacts", f"{folder}/artifacts",
              "--no-worker", "--port", str(port)],
             env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -2,11 +2,11 @@
 
 One model (our LSTM at `--parameter-budget`, or a checkpoint), one text: a fixed prefix of the PTB
 validation split (`--tokens`). Timed, `--repeats` times each, alternating so machine load hits both:
-- static: `trainers.cross_entropy` at batch size 1, in windows of `max_time_steps` tokens, the same
+- static: `lm_tuner.trainers.cross_entropy` at batch size 1, in windows of `max_time_steps` tokens, the same
   segments dynamic evaluation scores (and, for information, in windows of 100 tokens as the test
   protocol reads a split);
-- dynamic: `trainers.dynamic_cross_entropy` exactly as the project runs it (score each segment, then
-  one update), with the gradient-RMS statistics (`trainers.gradient_rms`) computed once beforehand
+- dynamic: `lm_tuner.trainers.dynamic_cross_entropy` exactly as the project runs it (score each segment, then
+  one update), with the gradient-RMS statistics (`lm_tuner.trainers.gradient_rms`) computed once beforehand
   and timed separately;
 - gradients only: the same segments' forward and backward passes without the update, a floor under
   any implementation of the update (exact dynamic evaluation needs every segment's full gradient);
@@ -35,8 +35,8 @@ from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.cell_throughput import describe_machine, emit_json
-from models import LanguageModel, ModelConfig, count_parameters, detach_state, solve_hidden_size
-from trainers import (
+from lm_tuner.models import LanguageModel, ModelConfig, count_parameters, detach_state, solve_hidden_size
+from lm_tuner.trainers import (
     Corpus,
     DynamicEvaluationConfig,
     cross_entropy,
@@ -46,11 +46,11 @@ from trainers import (
     load_checkpoint,
     load_corpus,
 )
-from trainers.batching import batchify, windows
-from trainers.dynamic_evaluation import embedding_lookups_as_leaves
-from trainers.evaluation import evaluation_mode
-from trainers.heap import keep_freed_memory
-from trainers.objective import token_nll
+from lm_tuner.trainers.batching import batchify, windows
+from lm_tuner.trainers.dynamic_evaluation import embedding_lookups_as_leaves
+from lm_tuner.trainers.evaluation import evaluation_mode
+from lm_tuner.trainers.heap import keep_freed_memory
+from lm_tuner.trainers.objective import token_nll
 
 TEST_PROTOCOL_BPTT = 100
 STATISTICS_BATCH, STATISTICS_BPTT, STATISTICS_WINDOWS = 64, 35, 20

@@ -1,11 +1,11 @@
 """What freed memory handed back to the kernel costs CPU training and dynamic evaluation.
 
 Each run is a fresh process (spawned), either with glibc's default malloc policy or after
-`trainers.heap.keep_freed_memory()` (what trial and evaluation jobs call at start); runs alternate
+`lm_tuner.trainers.heap.keep_freed_memory()` (what trial and evaluation jobs call at start); runs alternate
 so machine load hits both. Workloads, on random tokens (speed does not depend on the text):
 - `training_step`: our 1-layer LSTM language model at `--parameter-budget` (V = 10,000), batch 64,
   BPTT 35: forward, cross-entropy, backward, clipping to norm 10 and an Adam step;
-- `dynamic_evaluation`: `trainers.dynamic_cross_entropy` over 1,000 tokens in segments of 5.
+- `dynamic_evaluation`: `lm_tuner.trainers.dynamic_cross_entropy` over 1,000 tokens in segments of 5.
 Reported per workload: the median seconds per step (per pass), the kernel's minor page faults per
 step, and the default policy's time over the kept one's.
 
@@ -29,10 +29,10 @@ from typing import Any
 import torch
 
 from benchmarks.cell_throughput import describe_machine, emit_json
-from models import LanguageModel, ModelConfig, detach_state, solve_hidden_size
-from trainers import DynamicEvaluationConfig, dynamic_cross_entropy
-from trainers.heap import keep_freed_memory
-from trainers.objective import token_nll
+from lm_tuner.models import LanguageModel, ModelConfig, detach_state, solve_hidden_size
+from lm_tuner.trainers import DynamicEvaluationConfig, dynamic_cross_entropy
+from lm_tuner.trainers.heap import keep_freed_memory
+from lm_tuner.trainers.objective import token_nll
 
 VOCAB, BATCH, BPTT, DYNAMIC_TOKENS = 10_000, 64, 35, 1_000
 WORKLOADS = ("training_step", "dynamic_evaluation")

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.cell_throughput import describe_machine
-from models import ModelConfig
-from models.mogrifier_window import LAUNCH, FusedWindow, ReferenceWindow
-from models.recurrence import RecurrentLayer
-from models.tape import Tape
+from lm_tuner.models import ModelConfig
+from lm_tuner.models.mogrifier_window import LAUNCH, FusedWindow, ReferenceWindow
+from lm_tuner.models.recurrence import RecurrentLayer
+from lm_tuner.models.tape import Tape
 
 WINDOW, BATCH, SIZE, ROUNDS, RANK = 35, 32, 512, 5, 40
 VARIANTS = [dict(CHUNK=chunk, num_warps=warps, num_stages=stages)  # LAUNCH, the default, among them

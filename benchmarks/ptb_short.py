@@ -47,8 +47,8 @@ import torch
 from torch import Tensor, nn
 
 from benchmarks.cell_throughput import emit_json
-from models import ModelConfig, solve_hidden_size
-from trainers import (
+from lm_tuner.models import ModelConfig, solve_hidden_size
+from lm_tuner.trainers import (
     Corpus,
     Schedule,
     TrainingConfig,
@@ -60,8 +60,8 @@ from trainers import (
     load_corpus,
     train,
 )
-from trainers.batching import batchify, windows
-from trainers.training import TrainingRun
+from lm_tuner.trainers.batching import batchify, windows
+from lm_tuner.trainers.training import TrainingRun
 
 MODELS = ("lstm", "mogrifier", "reference")
 EARLY_SECONDS = 210.0  # the 3.5-minute mark of the target

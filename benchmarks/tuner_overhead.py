@@ -73,10 +73,10 @@ def gp_suggestion_seconds(completed: int, repeats: int, folder: Path) -> list[fl
 def controller_overhead(trials: int, steps_per_turn: int, folder: Path) -> dict:
     import yaml
 
-    from tuner.controller import launch_study
-    from tuner.db import TurnRecord, sessions
-    from tuner.settings import Settings
-    from tuner.spec import parse_spec
+    from lm_tuner.tuner.controller import launch_study
+    from lm_tuner.tuner.db import TurnRecord, sessions
+    from lm_tuner.tuner.settings import Settings
+    from lm_tuner.tuner.spec import parse_spec
 
     document = yaml.safe_dump({
         "name": "overhead",

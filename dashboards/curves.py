@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures import FALLBACK_COLOURS, styled
+from lm_tuner.dashboards.figures import FALLBACK_COLOURS, styled
 
 CURVE_COLOURS = ("#1f77b4", "#d62728", *FALLBACK_COLOURS, "#7f7f7f", "#bcbd22")
 

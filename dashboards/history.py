@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures import family_colour, styled
+from lm_tuner.dashboards.figures import family_colour, styled
 
 
 def best_so_far(scores: pd.Series) -> pd.Series:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboards.figures import family_colour, styled
+from lm_tuner.dashboards.figures import family_colour, styled
 
 
 def importance_figure(importances: Mapping[str, Mapping[str, float]], evaluator: str) -> go.Figure:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures import styled
+from lm_tuner.dashboards.figures import styled
 
 NEIGHBOURHOOD = 0.15
 MAX_LINES = 400  # beyond a few hundred lines parallel coordinates are a blur that takes seconds to draw

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures import family_colour, styled
+from lm_tuner.dashboards.figures import family_colour, styled
 
 
 def sensitivity_figure(runs: pd.DataFrame, effect: pd.DataFrame, parameter: str, y_title: str,

@@ -1,8 +1,8 @@
 """Recurrent language models (LSTM, Mogrifier LSTM, RLSTM, mLSTM) and their parameter budgets."""
 
-from models.budget import count_parameters, solve_hidden_size
-from models.config import FAMILIES, ModelConfig
-from models.language_model import LanguageModel, detach_state, monte_carlo_dropout
+from lm_tuner.models.budget import count_parameters, solve_hidden_size
+from lm_tuner.models.config import FAMILIES, ModelConfig
+from lm_tuner.models.language_model import LanguageModel, detach_state, monte_carlo_dropout
 
 __all__ = [
     "FAMILIES",

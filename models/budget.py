@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from models.config import ModelConfig
+from lm_tuner.models.config import ModelConfig
 
 
 def count_parameters(config: ModelConfig) -> int:

@@ -18,9 +18,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from models import cpu_kernels
-from models.tape import Linear, Tape
-from models.triton_support import triton_serves
+from lm_tuner.models import cpu_kernels
+from lm_tuner.models.tape import Linear, Tape
+from lm_tuner.models.triton_support import triton_serves
 
 Cache = tuple[Tensor | None, ...]
 """What a step keeps for its backward pass."""
@@ -60,7 +60,7 @@ def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: 
     """
     if not _under_autograd(x_term, h_term, c_prev):
         if triton_serves(x_term, h_term, c_prev):
-            from models import lstm_kernels
+            from lm_tuner.models import lstm_kernels
 
             return lstm_kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
         if (kernels := cpu_kernels.serving(x_term, h_term, c_prev)) is not None:
@@ -84,7 +84,7 @@ def _under_autograd(*tensors: Tensor) -> bool:
 def lstm_update_backward(cache: Cache, dh: Tensor, dc: Tensor, cap_input_gate: bool) -> tuple[Tensor, Tensor]:
     """Gradients of the gate pre-activations and of c_prev, given those of h and c."""
     if triton_serves(dh, dc):
-        from models import lstm_kernels
+        from lm_tuner.models import lstm_kernels
 
         return lstm_kernels.lstm_update_backward(cache, dh, dc, cap_input_gate)
     if (kernels := cpu_kernels.serving(dh, dc)) is not None:

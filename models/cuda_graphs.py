@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from models.recurrence import RecurrentLayer, State
+from lm_tuner.models.recurrence import RecurrentLayer, State
 
 MAX_GRAPHS_PER_LAYER = 4  # each graph keeps its window's activations in a memory pool of its own
 

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from models.cells import truncated_normal_
-from models.config import ModelConfig
-from models.cuda_graphs import run_layer
-from models.recurrence import RecurrentLayer, State, variational_mask
+from lm_tuner.models.cells import truncated_normal_
+from lm_tuner.models.config import ModelConfig
+from lm_tuner.models.cuda_graphs import run_layer
+from lm_tuner.models.recurrence import RecurrentLayer, State, variational_mask
 
 
 class MixtureOfSoftmaxes(nn.Module):

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from models.triton_support import on_device_of
+from lm_tuner.models.triton_support import on_device_of
 
 BLOCK_ROWS, BLOCK_COLUMNS = 4, 256
 
@@ -95,7 +95,7 @@ def _rows(t: Tensor) -> Tensor:
 
 def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: bool
                 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-    """models.cells.lstm_update of the gate pre-activations x_term + h_term, in one launch."""
+    """lm_tuner.models.cells.lstm_update of the gate pre-activations x_term + h_term, in one launch."""
     x_term, h_term, c_prev = _rows(x_term), _rows(h_term), c_prev.contiguous()
     batch, hidden = c_prev.shape
     h, c, j, i_used, tanh_c = (torch.empty_like(c_prev) for _ in range(5))
@@ -109,7 +109,7 @@ def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: 
 
 def lstm_update_backward(cache: tuple[Tensor, ...], dh: Tensor, dc: Tensor, cap_input_gate: bool
                          ) -> tuple[Tensor, Tensor]:
-    """models.cells.lstm_update_backward in one launch: gradients of the gate pre-activations and c_prev."""
+    """lm_tuner.models.cells.lstm_update_backward in one launch: gradients of the gate pre-activations and c_prev."""
     sigmoids, j, i_used, c_prev, tanh_c = (t.contiguous() for t in cache)
     dh, dc = dh.contiguous(), dc.contiguous()
     batch, hidden = dh.shape

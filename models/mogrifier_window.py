@@ -16,10 +16,10 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from models import cpu_kernels
-from models.cells import Cache, Mogrifier
-from models.tape import Linear, Tape
-from models.triton_support import matmul_precision, on_device_of, triton_serves
+from lm_tuner.models import cpu_kernels
+from lm_tuner.models.cells import Cache, Mogrifier
+from lm_tuner.models.tape import Linear, Tape
+from lm_tuner.models.triton_support import matmul_precision, on_device_of, triton_serves
 
 ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs
 LAUNCH = dict(CHUNK=128, num_warps=4, num_stages=1)  # the fastest timed on an H100 (benchmarks/mogrifier_kernels.py)
@@ -136,7 +136,7 @@ class FusedWindow(WindowLayout):
 
     def __init__(self, mogrifier: Mogrifier, tape: Tape, inputs: Tensor, state_mask: Tensor | None,
                  launch: dict | None = None) -> None:
-        from models import mogrifier_kernels
+        from lm_tuner.models import mogrifier_kernels
 
         super().__init__(mogrifier, tape, inputs)
         self.kernels = mogrifier_kernels

@@ -16,10 +16,10 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from models.cells import CELLS, Cache, Mogrifier
-from models.config import ModelConfig
-from models.mogrifier_window import MogrifierWindow, mogrifier_window
-from models.tape import Linear, Tape, autograd_linear
+from lm_tuner.models.cells import CELLS, Cache, Mogrifier
+from lm_tuner.models.config import ModelConfig
+from lm_tuner.models.mogrifier_window import MogrifierWindow, mogrifier_window
+from lm_tuner.models.tape import Linear, Tape, autograd_linear
 
 State = tuple[Tensor, Tensor]
 """(h, c) of one layer, each (batch, hidden)."""

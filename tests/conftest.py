@@ -71,7 +71,7 @@ def fresh_postgres_database() -> Iterator[str]:
     try:
         yield url
     finally:
-        from tuner import db
+        from lm_tuner.tuner import db
 
         db.engine_for(url).dispose()
         db.optuna_storage(url).engine.dispose()
@@ -101,7 +101,7 @@ def serve_app(settings) -> Iterator[str]:
 
     import uvicorn
 
-    from api.app import create_app
+    from lm_tuner.api.app import create_app
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -18,14 +18,14 @@ import plotly
 import pytest
 import yaml
 
-from dashboards import PLOTLY_JS
+from lm_tuner.dashboards import PLOTLY_JS
+from lm_tuner.trainers import load_checkpoint
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import CheckpointRecord, TrialCountRecord, TrialRecord, sessions
+from lm_tuner.tuner.queue import run_worker
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
-from trainers import load_checkpoint
-from tuner.controller import launch_study
-from tuner.db import CheckpointRecord, TrialCountRecord, TrialRecord, sessions
-from tuner.queue import run_worker
-from tuner.settings import Settings
-from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 

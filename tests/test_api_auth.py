@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import TINY_SPEC, serve_app
-from tuner.db import ensure_schema
-from tuner.settings import Settings
-from tuner.tokens import (
+from lm_tuner.tuner.db import ensure_schema
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.tokens import (
     TokenError,
     auth_enabled,
     create_token,
@@ -25,6 +24,7 @@ from tuner.tokens import (
     set_auth,
     token_is_valid,
 )
+from tests.conftest import TINY_SPEC, serve_app
 
 SPEC = json.dumps({**TINY_SPEC, "name": "guarded"})
 
@@ -83,7 +83,7 @@ def test_token_cli(tmp_path):
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
 
     def tuner(*args):
-        return subprocess.run([sys.executable, "-m", "tuner", "token", *args, "--storage", url],
+        return subprocess.run([sys.executable, "-m", "lm_tuner.tuner", "token", *args, "--storage", url],
                               capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
 
     created = tuner("create", "laptop")
@@ -133,7 +133,7 @@ def test_a_given_secret_becomes_the_first_token(sqlite_url):
 def test_an_existing_active_token_turns_authentication_on_when_migrating(storage_url):
     from alembic import command
 
-    from tuner.db import alembic_config, engine_for
+    from lm_tuner.tuner.db import alembic_config, engine_for
 
     ensure_schema(storage_url)
     config = alembic_config(storage_url)
@@ -173,7 +173,7 @@ def test_auth_cli_turns_authentication_off_only_explicitly(tmp_path):
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
 
     def tuner(*args):
-        return subprocess.run([sys.executable, "-m", "tuner", *args, "--storage", url], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "lm_tuner.tuner", *args, "--storage", url], capture_output=True,
                               text=True, env={**os.environ, "COLUMNS": "200"})
 
     assert "authentication off" in tuner("auth", "status").stdout
@@ -192,7 +192,7 @@ def _serve(url: str, *options: str, env: dict[str, str] | None = None) -> tuple[
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--storage", url, "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--storage", url, "--port", str(port),
                                "--no-worker", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "COLUMNS": "200", **(env or {})})
     return server, port

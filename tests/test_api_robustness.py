@@ -26,12 +26,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from lm_tuner.tuner.db import Base, engine_for
+from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.yaml_loader import MAX_VALUES
 from tests.conftest import TINY_SPEC, serve_app
-from tuner.db import Base, engine_for
-from tuner.queue import submit_study
-from tuner.settings import Settings
-from tuner.spec import parse_spec
-from tuner.yaml_loader import MAX_VALUES
 
 SLOWEST_ANSWER = 1.0  # seconds: the bound on each rejection
 SLOWEST_HEALTH = 0.2  # seconds: the bound on /health under attack

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.tokens import create_token
 from tests.conftest import TINY_SPEC, serve_app
-from tuner.controller import launch_study
-from tuner.settings import Settings
-from tuner.spec import parse_spec
-from tuner.tokens import create_token
 
 pytestmark = pytest.mark.slow
 CONFIG = Path(__file__).parent / "schemathesis.toml"

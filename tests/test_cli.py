@@ -34,7 +34,8 @@ def environment(folder) -> dict[str, str]:
 
 
 def tuner(*args: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, env=environment(cwd), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lm_tuner.tuner",
+                           *args], cwd=cwd, env=environment(cwd), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -83,10 +84,10 @@ def test_wrong_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_missing_data_creates_nothing_and_a_study_that_never_ran_can_be_launched_again(tmp_path):
-    from tuner.db import StudyRecord, ensure_schema, sessions
-    from tuner.queue import run_worker, submit_study
-    from tuner.settings import Settings
-    from tuner.spec import parse_spec
+    from lm_tuner.tuner.db import StudyRecord, ensure_schema, sessions
+    from lm_tuner.tuner.queue import run_worker, submit_study
+    from lm_tuner.tuner.settings import Settings
+    from lm_tuner.tuner.spec import parse_spec
 
     typo = {**ONE_FAMILY, "name": "typo", "dataset": {"path": str(tmp_path / "ptbb"), "format": "ptb"}}
     space = tmp_path / "typo.yaml"
@@ -163,7 +164,7 @@ def test_interrupted_launch_leaves_no_zombie_and_continues(tmp_path):
             "tuning": {"sampler": "random", "trials": 2, "concurrency": 1}}
     path.write_text(yaml.safe_dump(slow, sort_keys=False))
     # Started with SIGINT ignored, as a script's background job is: the launch must still stop on it.
-    launch = subprocess.Popen([sys.executable, "-m", "tuner", "launch", "--space", str(path)], cwd=tmp_path,
+    launch = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "launch", "--space", str(path)], cwd=tmp_path,
                               env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     database = tmp_path / "home" / "tuner.db"
@@ -194,7 +195,7 @@ def test_serve_with_its_worker_runs_a_submitted_study(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = tmp_path / "serve.log"
-    server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--port", str(port)], cwd=tmp_path,
+    server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,
                               env=environment(tmp_path), stdout=log.open("w"), stderr=subprocess.STDOUT,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # a background job
     try:

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from sqlalchemy import update
 
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import StudyRecord, sessions
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC, serve_app
 from tests.test_stages import STAGED
-from tuner.controller import launch_study
-from tuner.db import StudyRecord, sessions
-from tuner.settings import Settings
-from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 

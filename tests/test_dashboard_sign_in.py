@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from lm_tuner.tuner.db import ensure_schema
+from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.tokens import create_token
 from tests.conftest import TINY_SPEC, serve_app
 from tests.test_dashboard_browser import ARTIFACTS, browser  # noqa: F401  (the module's Chromium, as a fixture)
-from tuner.db import ensure_schema
-from tuner.queue import submit_study
-from tuner.settings import Settings
-from tuner.spec import parse_spec
-from tuner.tokens import create_token
 
 pytestmark = pytest.mark.slow
 

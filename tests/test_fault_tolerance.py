@@ -18,11 +18,11 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import select
 
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import TrialRecord, TurnRecord, ensure_schema, sessions
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC
-from tuner.controller import launch_study
-from tuner.db import TrialRecord, TurnRecord, ensure_schema, sessions
-from tuner.settings import Settings
-from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 
@@ -148,7 +148,7 @@ def ray_two_nodes():
 
 def launch_process(space: Path, url: str, artifacts: Path, address: str, *command: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tuner", *(command or ("launch", "--space", str(space))), "--storage", url,
+        [sys.executable, "-m", "lm_tuner.tuner", *(command or ("launch", "--space", str(space))), "--storage", url,
          "--artifacts", str(artifacts), "--address", address],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "RAY_AUTH_MODE": "disabled"})

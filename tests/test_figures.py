@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboards import (
+from lm_tuner.dashboards import (
     Range,
     averaging_switches,
     curves_figure,

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from models import FAMILIES, LanguageModel, ModelConfig, count_parameters, solve_hidden_size
+from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, count_parameters, solve_hidden_size
 
 # METHODOLOGY.md section 1: (configuration, budget, hidden size, parameter count).
 TEST_VECTORS = [

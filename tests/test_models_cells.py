@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from models import LanguageModel, ModelConfig
-from models.cells import GateProjection, LSTMCell, MLSTMCell, Mogrifier, RLSTMCell
-from models.recurrence import RecurrentLayer
-from models.tape import autograd_linear
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.models.cells import GateProjection, LSTMCell, MLSTMCell, Mogrifier, RLSTMCell
+from lm_tuner.models.recurrence import RecurrentLayer
+from lm_tuner.models.tape import autograd_linear
 
 BATCH, INPUT, HIDDEN = 4, 5, 6
 sigma, tanh = torch.sigmoid, torch.tanh

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import ModelConfig, cells, cpu_kernels
-from models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
-from models.recurrence import RecurrentLayer
-from models.tape import Tape, autograd_linear
+from lm_tuner.models import ModelConfig, cells, cpu_kernels
+from lm_tuner.models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
+from lm_tuner.models.recurrence import RecurrentLayer
+from lm_tuner.models.tape import Tape, autograd_linear
 from tests.test_models_fast_path import layer_of, outputs_and_grads, window_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_a_later_process_loads_the_cached_build_instead_of_compiling(tmp_path):
     into TORCH_EXTENSIONS_DIR, the next one loads that build."""
     script = (
         "import json, time\n"
-        "from models import cpu_kernels\n"
+        "from lm_tuner.models import cpu_kernels\n"
         "started = time.perf_counter()\n"
         "module = cpu_kernels.cpu_extension()\n"
         "print(json.dumps({'seconds': time.perf_counter() - started, 'file': module.__file__,\n"

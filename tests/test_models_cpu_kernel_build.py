@@ -19,21 +19,21 @@ from pathlib import Path
 import psutil
 import pytest
 
-from models import cpu_kernels
+from lm_tuner.models import cpu_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_COMPILER = {"CXX": "/nonexistent/c++"}
 RECOVERY_LIMIT_S = 240  # a fresh build takes 20-27 s on 2 idle cores; this machine is shared
 LOAD = (
     "import json, time\n"
-    "from models import cpu_kernels\n"
+    "from lm_tuner.models import cpu_kernels\n"
     "started = time.perf_counter()\n"
     "module = cpu_kernels.cpu_extension()\n"
     "print(json.dumps({'seconds': time.perf_counter() - started, 'kernels': hasattr(module, 'lstm_update')}))\n"
 )
 HOLD_THE_BUILD_LOCK = (
     "import sys\n"
-    "from models import cpu_kernels\n"
+    "from lm_tuner.models import cpu_kernels\n"
     "directory = cpu_kernels.kernels_directory()\n"
     "directory.mkdir(parents=True)\n"
     "with cpu_kernels.build_lock(directory):\n"

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from models import FAMILIES, LanguageModel, ModelConfig
-from models.cuda_graphs import _graphs
+from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig
+from lm_tuner.models.cuda_graphs import _graphs
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

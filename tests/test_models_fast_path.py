@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from models import FAMILIES, LanguageModel, ModelConfig, tape
-from models.recurrence import RecurrentLayer, variational_mask
+from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, tape
+from lm_tuner.models.recurrence import RecurrentLayer, variational_mask
 
 
 def _layer_variants():

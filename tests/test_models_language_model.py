@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from models import FAMILIES, LanguageModel, ModelConfig, detach_state, monte_carlo_dropout
+from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, detach_state, monte_carlo_dropout
 
 VOCAB, HIDDEN, STEPS, BATCH = 13, 8, 6, 4
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import LanguageModel, ModelConfig
-from models.mogrifier_window import MAX_FUSED_RANK, FusedWindow, fused_kernel_serves
-from models.recurrence import RecurrentLayer, variational_mask
-from models.tape import Tape, autograd_linear
-from models.triton_support import TRITON_AVAILABLE
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.models.mogrifier_window import MAX_FUSED_RANK, FusedWindow, fused_kernel_serves
+from lm_tuner.models.recurrence import RecurrentLayer, variational_mask
+from lm_tuner.models.tape import Tape, autograd_linear
+from lm_tuner.models.triton_support import TRITON_AVAILABLE
 
 if TRITON_AVAILABLE:
-    from models import lstm_kernels
+    from lm_tuner.models import lstm_kernels
 
 needs_triton = pytest.mark.skipif(not TRITON_AVAILABLE, reason="needs Triton (installed with the test extras)")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -134,7 +134,7 @@ def test_full_rank_double_and_evaluation_windows_take_the_fused_kernels_only_whe
 
 
 def test_the_fused_mogrifier_serves_low_ranks_up_to_its_shared_memory_limit(monkeypatch):
-    monkeypatch.setattr("models.mogrifier_window.triton_serves", lambda *tensors: True)
+    monkeypatch.setattr("lm_tuner.models.mogrifier_window.triton_serves", lambda *tensors: True)
     inputs = torch.randn(3, 2, 8)
 
     def mogrifier(rank: int):

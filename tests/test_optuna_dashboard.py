@@ -7,11 +7,11 @@ import pytest
 import yaml
 from optuna_dashboard import wsgi
 
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import optuna_storage
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC, serve_app
-from tuner.controller import launch_study
-from tuner.db import optuna_storage
-from tuner.settings import Settings
-from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 

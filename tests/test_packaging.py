@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -23,9 +24,21 @@ def test_wheel_carries_package_data(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("dashboards/templates/study.html", "dashboards/static/dashboard.js",
                      "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "tuner/migrations/env.py",
-                     "tuner/migrations/script.py.mako", "tuner/migrations/versions/0001_project_tables.py"):
-        assert required in names, required
+                     "tuner/migrations/script.py.mako", "tuner/migrations/versions/0001_project_tables.py",
+                     "models/csrc/cpu_kernels.cpp", "spaces/mogrifier_ptb.yaml", "spaces/small/mogrifier_ptb.yaml"):
+        assert f"lm_tuner/{required}" in names, required
     assert any(name.endswith("entry_points.txt") for name in names)
+    top_level = {name.split("/")[0] for name in names}
+    assert {name for name in top_level if not name.endswith(".dist-info")} == {"lm_tuner"}
+
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists the packages by hand (the folders map into the lm_tuner namespace): none forgotten."""
+    configured = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {f"lm_tuner.{'.'.join(path.parent.relative_to(ROOT).parts)}"
+               for package in (*PACKAGES, "spaces") for path in (ROOT / package).rglob("*.py")
+               if "__pycache__" not in path.parts}
+    assert configured == folders
 
 
 def test_dockerfile_copies_every_package():

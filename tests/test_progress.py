@@ -12,17 +12,17 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select
 
-from api.pages import _study
-from api.schemas import StudyOut
-from dashboards import render
+from lm_tuner.api.pages import _study
+from lm_tuner.api.schemas import StudyOut
+from lm_tuner.dashboards import render
+from lm_tuner.tuner.db import StudyRecord, TrialRecord, ensure_schema, optuna_storage, sessions, utcnow
+from lm_tuner.tuner.progress import ProgressPrinter
+from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.results import get_study, list_studies
+from lm_tuner.tuner.space import optuna_study_name
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.study_progress import StageTally, estimated_seconds_left, planned_stages
 from tests.conftest import TINY_SPEC
-from tuner.db import StudyRecord, TrialRecord, ensure_schema, optuna_storage, sessions, utcnow
-from tuner.progress import ProgressPrinter
-from tuner.queue import submit_study
-from tuner.results import get_study, list_studies
-from tuner.space import optuna_study_name
-from tuner.spec import parse_spec
-from tuner.study_progress import StageTally, estimated_seconds_left, planned_stages
 
 ONE_FAMILY = {**TINY_SPEC, "families": ["lstm"], "fixed": {"num_layers": 1},
               "search_space": {"learning_rate": {"low": 0.001, "high": 0.01}}}

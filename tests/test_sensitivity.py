@@ -13,15 +13,15 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from typer.testing import CliRunner
 
+from lm_tuner.tuner.cli import app
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import TrialRecord, sessions
+from lm_tuner.tuner.queue import run_worker
+from lm_tuner.tuner.sensitivity import SensitivityError, moved_values, sensitivity_runs
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import rerun_seed
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC, serve_app
-from tuner.cli import app
-from tuner.controller import launch_study
-from tuner.db import TrialRecord, sessions
-from tuner.queue import run_worker
-from tuner.sensitivity import SensitivityError, moved_values, sensitivity_runs
-from tuner.settings import Settings
-from tuner.space import rerun_seed
-from tuner.spec import parse_spec
 
 
 def test_moved_values_span_fifteen_percent_of_the_range_around_the_best():
@@ -35,7 +35,8 @@ def test_moved_values_span_fifteen_percent_of_the_range_around_the_best():
 
 
 def test_cli_help_explains_the_action():
-    result = subprocess.run([sys.executable, "-m", "tuner", "sensitivity", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "lm_tuner.tuner",
+                             "sensitivity", "--help"], capture_output=True, text=True,
                             env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
     assert result.returncode == 0
     for phrase in ("--parameter", "--seeds", "--points", "±15%", "mean ± std"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.spec import SpecError, load_spec, parse_spec
+from lm_tuner.tuner.spec import SpecError, load_spec, parse_spec
 
 SPACES = Path(__file__).parent.parent / "spaces"
 
@@ -120,8 +120,8 @@ def test_missing_file_is_a_spec_error(tmp_path):
 def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec, monkeypatch):
     import torch
 
-    from tuner import trial
-    from tuner.trial import configure_torch
+    from lm_tuner.tuner import trial
+    from lm_tuner.tuner.trial import configure_torch
 
     malloc_policy = []
     monkeypatch.setattr(trial, "keep_freed_memory", lambda: malloc_policy.append("kept"))

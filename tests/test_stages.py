@@ -14,13 +14,13 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
+from lm_tuner.tuner.comparison import comparison
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import EvaluationRecord, TrialRecord, sessions
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import RERUN_SEED_OFFSET
+from lm_tuner.tuner.spec import parse_spec
 from tests.conftest import TINY_SPEC, serve_app
-from tuner.comparison import comparison
-from tuner.controller import launch_study
-from tuner.db import EvaluationRecord, TrialRecord, sessions
-from tuner.settings import Settings
-from tuner.space import RERUN_SEED_OFFSET
-from tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,8 @@ def test_comparison_table_names_the_winner_by_the_rerun_mean(staged):
         assert by_stage["total"] == 4 and {t["stage"] for t in by_stage["items"]} == {"rerun"}
         study = httpx.get(f"{base_url}/studies/staged").json()
         assert study["counts"]["COMPLETE"] == 2  # counts are the tuning trials'; progress covers every stage
-    cli = subprocess.run([sys.executable, "-m", "tuner", "compare", "staged", "--storage", settings.storage_url,
+    cli = subprocess.run([sys.executable, "-m", "lm_tuner.tuner",
+                          "compare", "staged", "--storage", settings.storage_url,
                           "--json"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert json.loads(cli.stdout)["winner"] == table.winner
 

@@ -33,7 +33,7 @@ STOP_SECONDS = 30  # the issue's bound on stopping every child
 def test_stop_children_ends_a_tree_and_the_orphans_it_adopted(tmp_path):
     script = (
         "import subprocess, sys, time\n"
-        "from tuner.processes import adopt_orphans, stop_children\n"
+        "from lm_tuner.tuner.processes import adopt_orphans, stop_children\n"
         "adopt_orphans()\n"
         # the subshell exits at once: its `sleep` detaches as Ray's helpers do, and is re-parented to this process
         "child = subprocess.Popen(['sh', '-c', '(sleep 300 &); exec sleep 300'])\n"
@@ -50,7 +50,7 @@ def test_stop_children_ends_a_tree_and_the_orphans_it_adopted(tmp_path):
 
 def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--port", str(port)], cwd=tmp_path,
+    server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,
                               env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         _wait_for(lambda: _answers(client), 90, "the server did not start")
@@ -76,7 +76,7 @@ def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
 def test_a_stopped_launch_leaves_no_process_and_resumable_trials(tmp_path, stop, exit_status):
     space = tmp_path / "slow.yaml"
     space.write_text(yaml.safe_dump(SLOW))
-    launch = subprocess.Popen([sys.executable, "-m", "tuner", "launch", "--space", str(space)], cwd=tmp_path,
+    launch = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "launch", "--space", str(space)], cwd=tmp_path,
                               env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     database = tmp_path / "home" / "tuner.db"
     _wait_for(lambda: _running_trials(database) == 2, 180, "no two trials ran")

@@ -12,9 +12,9 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import select
 
-from models import count_parameters
-from trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
-from tuner.controller import (
+from lm_tuner.models import count_parameters
+from lm_tuner.trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
+from lm_tuner.tuner.controller import (
     INTERRUPTED_REASON,
     StudyConflict,
     StudyRefused,
@@ -22,10 +22,10 @@ from tuner.controller import (
     ray_address,
     run_claimed_study,
 )
-from tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
-from tuner.queue import claim_next_study, submit_study
-from tuner.settings import Settings
-from tuner.spec import parse_spec
+from lm_tuner.tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
+from lm_tuner.tuner.queue import claim_next_study, submit_study
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 

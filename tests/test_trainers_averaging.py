@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.averaging import (
+from lm_tuner.trainers.averaging import (
     TriggeredAveraging,
     TwoTailedAveraging,
     non_monotone_trigger,

@@ -12,7 +12,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from trainers import (
+from lm_tuner.trainers import (
     EOS,
     LocalDatasetConfig,
     MarkovCorpusConfig,
@@ -20,11 +20,19 @@ from trainers import (
     dataset_from_dict,
     load_corpus,
 )
-from trainers.batching import TrainingStream, batchify, windows
-from trainers.datasets import FormatName, RegisteredName, local_corpus
-from trainers.files import sha256_of
-from trainers.registry import CHECKSUMS, LAYOUTS, REGISTRY, Layout, RegisteredDataset, fetch_dataset, read_checksums
-from trainers.text import TextSource, read_corpus
+from lm_tuner.trainers.batching import TrainingStream, batchify, windows
+from lm_tuner.trainers.datasets import FormatName, RegisteredName, local_corpus
+from lm_tuner.trainers.files import sha256_of
+from lm_tuner.trainers.registry import (
+    CHECKSUMS,
+    LAYOUTS,
+    REGISTRY,
+    Layout,
+    RegisteredDataset,
+    fetch_dataset,
+    read_checksums,
+)
+from lm_tuner.trainers.text import TextSource, read_corpus
 
 SHARED_PTB = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "ptb"
 
@@ -211,8 +219,8 @@ def test_text_source_describes_itself(tmp_path: Path) -> None:
 def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from trainers import registry
-    from tuner.cli import app
+    from lm_tuner.trainers import registry
+    from lm_tuner.tuner.cli import app
 
     files = {"ptb.train.txt": b"a b\n", "ptb.valid.txt": b"a\n", "ptb.test.txt": b"b\n"}
     archive = make_archive(tmp_path / "examples.tgz", {f"data/{n}": d for n, d in files.items()})
@@ -228,7 +236,7 @@ def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch
 
 
 def test_a_study_spec_accepts_every_kind_of_dataset() -> None:
-    from tuner.spec import StudySpec
+    from lm_tuner.tuner.spec import StudySpec
 
     base = {"name": "s", "families": ["lstm"], "parameter_budget": 1000, "search_space": {},
             "tuning": {"trials": 1}}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import LanguageModel, ModelConfig
-from trainers import (
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.trainers import (
     DynamicEvaluationConfig,
     MarkovCorpusConfig,
     Schedule,
@@ -24,8 +24,8 @@ from trainers import (
     search_logit_scale,
     train,
 )
-from trainers.batching import batchify
-from trainers.evaluation import LOGIT_SCALES
+from lm_tuner.trainers.batching import batchify
+from lm_tuner.trainers.evaluation import LOGIT_SCALES
 
 
 @pytest.fixture(autouse=True)

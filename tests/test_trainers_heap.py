@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from trainers.heap import RETAINED_BYTES, keep_freed_memory
+from lm_tuner.trainers.heap import RETAINED_BYTES, keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS_PER_ALLOCATION = """
 import json, resource, sys, torch
-from trainers.heap import keep_freed_memory
+from lm_tuner.trainers.heap import keep_freed_memory
 if sys.argv[1] == "kept":
     assert keep_freed_memory()
 counts = []

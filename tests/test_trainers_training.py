@@ -13,8 +13,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from models import LanguageModel, ModelConfig
-from trainers import (
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.trainers import (
     MarkovCorpusConfig,
     Schedule,
     TrainingConfig,
@@ -25,8 +25,8 @@ from trainers import (
     load_corpus,
     train,
 )
-from trainers import training as training_module
-from trainers.objective import average_over_samples, multi_sample_nll
+from lm_tuner.trainers import training as training_module
+from lm_tuner.trainers.objective import average_over_samples, multi_sample_nll
 
 CPU = torch.device("cpu")
 CORPUS_CONFIG = MarkovCorpusConfig(vocab_size=24, train_tokens=6000, valid_tokens=600, test_tokens=600)
@@ -161,7 +161,7 @@ from pathlib import Path
 import torch
 sys.path.insert(0, {repo!r})
 from tests.test_trainers_training import resume_setup
-from trainers import train
+from lm_tuner.trainers import train
 torch.set_num_threads(1)
 model, config, corpus = resume_setup()
 

@@ -7,10 +7,10 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
-from tuner.controller import launch_study
-from tuner.db import TrialRecord, TurnRecord, sessions
-from tuner.settings import Settings
-from tuner.spec import parse_spec
+from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.db import TrialRecord, TurnRecord, sessions
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import parse_spec
 
 pytestmark = pytest.mark.slow
 

@@ -1,23 +1,23 @@
 """Corpora, batching, the training loop, averaging, evaluation, dynamic evaluation and checkpoints."""
 
-from trainers.averaging import (
+from lm_tuner.trainers.averaging import (
     AveragingConfig,
     NoAveragingConfig,
     NTASGDConfig,
     TailAveragingConfig,
     TwoTailedAveragingConfig,
 )
-from trainers.checkpoint import Checkpoint, load_checkpoint, load_training_state, save_checkpoint, sha256_of
-from trainers.corpus import EOS, Corpus, Vocabulary
-from trainers.datasets import (
+from lm_tuner.trainers.checkpoint import Checkpoint, load_checkpoint, load_training_state, save_checkpoint, sha256_of
+from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
+from lm_tuner.trainers.datasets import (
     DatasetConfig,
     LocalDatasetConfig,
     RegisteredDatasetConfig,
     dataset_from_dict,
     load_corpus,
 )
-from trainers.dynamic_evaluation import DynamicEvaluationConfig, dynamic_cross_entropy, gradient_rms
-from trainers.evaluation import (
+from lm_tuner.trainers.dynamic_evaluation import DynamicEvaluationConfig, dynamic_cross_entropy, gradient_rms
+from lm_tuner.trainers.evaluation import (
     ProtocolResult,
     TemperatureSearch,
     cross_entropy,
@@ -25,9 +25,9 @@ from trainers.evaluation import (
     monte_carlo_cross_entropy,
     search_logit_scale,
 )
-from trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
-from trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
-from trainers.training import (
+from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
+from lm_tuner.trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
+from lm_tuner.trainers.training import (
     Schedule,
     TrainingConfig,
     TrainingDiverged,

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from models import LanguageModel, ModelConfig
-from trainers.corpus import Vocabulary
-from trainers.files import sha256_of  # noqa: F401 (re-exported)
+from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.trainers.corpus import Vocabulary
+from lm_tuner.trainers.files import sha256_of  # noqa: F401 (re-exported)
 
 FORMAT = "lm-tuner/checkpoint/1"
 

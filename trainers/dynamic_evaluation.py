@@ -23,10 +23,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from models import LanguageModel, detach_state, monte_carlo_dropout
-from trainers.batching import batchify, windows
-from trainers.evaluation import evaluation_mode
-from trainers.objective import token_nll
+from lm_tuner.models import LanguageModel, detach_state, monte_carlo_dropout
+from lm_tuner.trainers.batching import batchify, windows
+from lm_tuner.trainers.evaluation import evaluation_mode
+from lm_tuner.trainers.objective import token_nll
 
 
 class DynamicEvaluationConfig(BaseModel):

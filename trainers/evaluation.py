@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from models import LanguageModel, monte_carlo_dropout
-from trainers.batching import batchify, windows
-from trainers.checkpoint import load_checkpoint
-from trainers.corpus import Corpus
-from trainers.objective import sample_rows, token_nll
+from lm_tuner.models import LanguageModel, monte_carlo_dropout
+from lm_tuner.trainers.batching import batchify, windows
+from lm_tuner.trainers.checkpoint import load_checkpoint
+from lm_tuner.trainers.corpus import Corpus
+from lm_tuner.trainers.objective import sample_rows, token_nll
 
 # Methodology section 4: s = 1.06, 1.04, ..., 0.80, stopping after 2 values without improvement.
 LOGIT_SCALES = tuple(round(1.06 - 0.02 * i, 2) for i in range(14))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainers.corpus import EOS, Corpus, Vocabulary
+from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
 
 
 class MarkovCorpusConfig(BaseModel):

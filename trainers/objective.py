@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from models import LanguageModel
+from lm_tuner.models import LanguageModel
 
 RecurrentState = list[tuple[Tensor, ...]]
 """Per layer, the tensors `LanguageModel.initial_state` returns."""

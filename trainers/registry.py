@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from trainers.files import sha256_of
-from trainers.text import SPLITS, TextSource, Tokenisation
+from lm_tuner.trainers.files import sha256_of
+from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
 
 CACHE_VARIABLE = "LM_TUNER_DATA"
 CHECKSUMS = "SHA256SUMS"

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainers.corpus import EOS, Corpus, Vocabulary
+from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
 
 UNK = "<unk>"
 SPLITS = ("train", "valid", "test")

@@ -26,13 +26,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 from torch import Tensor
 
-from models import LanguageModel, ModelConfig, count_parameters, detach_state
-from trainers.averaging import AveragingConfig, Evaluated, NoAveragingConfig, make_averaging
-from trainers.batching import TrainingStream, batchify
-from trainers.checkpoint import load_training_state, save_checkpoint
-from trainers.corpus import Corpus
-from trainers.evaluation import cross_entropy
-from trainers.objective import multi_sample_nll
+from lm_tuner.models import LanguageModel, ModelConfig, count_parameters, detach_state
+from lm_tuner.trainers.averaging import AveragingConfig, Evaluated, NoAveragingConfig, make_averaging
+from lm_tuner.trainers.batching import TrainingStream, batchify
+from lm_tuner.trainers.checkpoint import load_training_state, save_checkpoint
+from lm_tuner.trainers.corpus import Corpus
+from lm_tuner.trainers.evaluation import cross_entropy
+from lm_tuner.trainers.objective import multi_sample_nll
 
 LEARNING_RATE_BACKOFF = 0.9
 """Divergence recovery multiplies the learning rate by this (Melis thesis, section 4.4)."""

@@ -1,3 +1,3 @@
-from tuner.cli import main
+from lm_tuner.tuner.cli import main
 
 main()

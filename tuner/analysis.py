@@ -23,8 +23,8 @@ from optuna.storages._rdb.models import TrialParamModel, TrialUserAttributeModel
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import func, select
 
-from tuner.db import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, sessions
-from tuner.spec import is_character_level
+from lm_tuner.tuner.db import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, engine_for, sessions
+from lm_tuner.tuner.spec import is_character_level
 
 Evaluator = Literal["fanova", "ped_anova", "mean_decrease_impurity"]
 EVALUATORS = {"fanova": FanovaImportanceEvaluator, "ped_anova": PedAnovaImportanceEvaluator,

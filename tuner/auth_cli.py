@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tuner.settings import STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.settings import STORAGE_VARIABLE, Settings
 
 token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
                         no_args_is_help=True)
@@ -23,7 +23,7 @@ Storage = Annotated[Optional[str], typer.Option(
 
 
 def _url(storage: str | None) -> str:
-    from tuner.db import ensure_schema
+    from lm_tuner.tuner.db import ensure_schema
 
     url = Settings.from_options(storage, None).storage_url
     ensure_schema(url)
@@ -40,7 +40,7 @@ def token_create(name: Annotated[str, typer.Argument(help="who or what the token
                  storage: Storage = None) -> None:
     """Create a token and print it (it is stored hashed: this is the only time it is shown). Authentication is
     on from now on: every write needs a valid token, until `tuner auth off`."""
-    from tuner.tokens import TokenError, create_token
+    from lm_tuner.tuner.tokens import TokenError, create_token
 
     try:
         print(create_token(_url(storage), name))
@@ -52,7 +52,7 @@ def token_create(name: Annotated[str, typer.Argument(help="who or what the token
 def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: Storage = None) -> None:
     """Revoke a token; requests carrying it are refused from now on. Authentication stays on, also when no
     active token is left (then nobody can write until a new token is created)."""
-    from tuner.tokens import TokenError, revoke_token
+    from lm_tuner.tuner.tokens import TokenError, revoke_token
 
     try:
         revoke_token(_url(storage), name)
@@ -64,7 +64,7 @@ def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], 
 @token_app.command("list")
 def token_list(storage: Storage = None) -> None:
     """Tokens by name, with when they were created and revoked."""
-    from tuner.tokens import list_tokens
+    from lm_tuner.tuner.tokens import list_tokens
 
     table = Table("name", "created", "revoked")
     for token in list_tokens(_url(storage)):
@@ -75,7 +75,7 @@ def token_list(storage: Storage = None) -> None:
 @auth_app.command("status")
 def auth_status(storage: Storage = None) -> None:
     """Whether the API needs tokens, and how many active tokens there are."""
-    from tuner.tokens import auth_enabled, list_tokens
+    from lm_tuner.tuner.tokens import auth_enabled, list_tokens
 
     url = _url(storage)
     active = sum(token.revoked_at is None for token in list_tokens(url))
@@ -86,7 +86,7 @@ def auth_status(storage: Storage = None) -> None:
 @auth_app.command("on")
 def auth_on(storage: Storage = None) -> None:
     """Turn authentication on again (needs an active token)."""
-    from tuner.tokens import TokenError, set_auth
+    from lm_tuner.tuner.tokens import TokenError, set_auth
 
     try:
         set_auth(_url(storage), True)
@@ -99,7 +99,7 @@ def auth_on(storage: Storage = None) -> None:
 def auth_off(storage: Storage = None) -> None:
     """Turn authentication off: anyone who can reach the API can submit, cancel and delete studies. A server
     listening beyond this machine then refuses to start without --insecure."""
-    from tuner.tokens import set_auth
+    from lm_tuner.tuner.tokens import set_auth
 
     set_auth(_url(storage), False)
     console.print("authentication off")

@@ -6,7 +6,7 @@ import time
 
 from ray import tune
 
-from tuner.ledger import TrialLedger
+from lm_tuner.tuner.ledger import TrialLedger
 
 POLL_SECONDS = 2.0
 

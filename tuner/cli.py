@@ -21,13 +21,13 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from tuner.auth_cli import auth_app, token_app  # noqa: E402
-from tuner.data_cli import data_app  # noqa: E402
-from tuner.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal  # noqa: E402
-from tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings, SettingsError  # noqa: E402
+from lm_tuner.tuner.auth_cli import auth_app, token_app  # noqa: E402
+from lm_tuner.tuner.data_cli import data_app  # noqa: E402
+from lm_tuner.tuner.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal  # noqa: E402
+from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings, SettingsError  # noqa: E402
 
 if TYPE_CHECKING:
-    from tuner.spec import SpecError, StudySpec
+    from lm_tuner.tuner.spec import SpecError, StudySpec
 
 TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
 WORKER_GRACE_SECONDS = 15  # `serve` waits this long for its worker to put its study back, then stops it
@@ -75,7 +75,7 @@ def launch(
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
-    from tuner.spec import SpecError, read_spec
+    from lm_tuner.tuner.spec import SpecError, read_spec
 
     _quiet_libraries()
     try:
@@ -101,8 +101,8 @@ def resume(
 
 
 def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
-    from tuner.controller import StudyConflict, StudyRefused, launch_study
-    from tuner.progress import ProgressPrinter
+    from lm_tuner.tuner.controller import StudyConflict, StudyRefused, launch_study
+    from lm_tuner.tuner.progress import ProgressPrinter
 
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
@@ -137,8 +137,8 @@ def status(
 @app.command("list")
 def list_command(storage: Storage = None, json_output: JsonOutput = False) -> None:
     """List studies, newest first."""
-    from api.schemas import StudyOut
-    from tuner.results import list_studies
+    from lm_tuner.api.schemas import StudyOut
+    from lm_tuner.tuner.results import list_studies
 
     settings = _settings_for_reading(storage)
     studies = list_studies(settings.storage_url).items
@@ -160,8 +160,8 @@ def best(
     json_output: JsonOutput = False,
 ) -> None:
     """The best complete trial of each family: value, hyperparameters, size and checkpoint."""
-    from api.schemas import TrialOut
-    from tuner.results import best_trials
+    from lm_tuner.api.schemas import TrialOut
+    from lm_tuner.tuner.results import best_trials
 
     settings = _settings_for_reading(storage)
     found = best_trials(settings.storage_url, name)
@@ -194,7 +194,7 @@ def compare(
     and without MC dropout and dynamic evaluation, mean ± std over the reruns, and the winner."""
     from dataclasses import asdict
 
-    from tuner.comparison import comparison
+    from lm_tuner.tuner.comparison import comparison
 
     settings = _settings_for_reading(storage)
     found = comparison(settings.storage_url, name)
@@ -241,9 +241,9 @@ def sensitivity(
     for log-scaled ranges, clipped to the range), SEEDS seeds each, and print mean ± std of the validation
     score per value. Runs already made are reused. The dashboard plots the result at
     /dashboard/studies/NAME/sensitivity. Exit status: 0 done, 1 no such study, 2 a refused request."""
-    from tuner.controller import connect_ray
-    from tuner.sensitivity import SensitivityError, measured_effect, plan_sensitivity, run_queued_sensitivity
-    from tuner.sensitivity import sensitivity_runs as runs_of
+    from lm_tuner.tuner.controller import connect_ray
+    from lm_tuner.tuner.sensitivity import SensitivityError, measured_effect, plan_sensitivity, run_queued_sensitivity
+    from lm_tuner.tuner.sensitivity import sensitivity_runs as runs_of
 
     settings = Settings.from_options(storage, artifacts, address)
     spec, _ = _stored_study(settings, name, missing_exit=1)
@@ -275,7 +275,7 @@ def export(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write [default: stdout]")] = None,
 ) -> None:
     """Every trial of a study, one row each: family, state, value, perplexity, size, hyperparameters."""
-    from tuner.results import get_study, study_trials, trials_table
+    from lm_tuner.tuner.results import get_study, study_trials, trials_table
 
     if output_format not in ("csv", "json"):
         _refuse(f"--format: got {output_format!r}; allowed: csv, json")
@@ -296,7 +296,7 @@ def export(
 def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Storage = None) -> None:
     """Cancel a study: a queued one at once, a running one within seconds (its running trials stop, are
     marked failed and interrupted, and run again if the study is resumed)."""
-    from tuner.lifecycle import StudyStateError, cancel_study
+    from lm_tuner.tuner.lifecycle import StudyStateError, cancel_study
 
     settings = _settings_for_reading(storage)
     try:
@@ -315,7 +315,7 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
-    from tuner.lifecycle import StudyStateError, delete_study
+    from lm_tuner.tuner.lifecycle import StudyStateError, delete_study
 
     settings = Settings.from_options(storage, artifacts)
     _settings_for_reading(storage)
@@ -339,7 +339,7 @@ def db_upgrade(storage: Storage = None) -> None:
     """Create or migrate Optuna's and lm-tuner's tables to the installed version (safe to repeat).
 
     Run it once before starting several workers on a new PostgreSQL database."""
-    from tuner.db import current_revision, ensure_schema
+    from lm_tuner.tuner.db import current_revision, ensure_schema
 
     settings = Settings.from_options(storage, None)
     ensure_schema(settings.storage_url)
@@ -354,7 +354,7 @@ app.add_typer(kernels_app, name="kernels")
 def kernels_build() -> None:
     """Build the C++ kernels now (else the first trial on a CPU builds them, about 20 s) and print where they are.
     Exit status 1 where they cannot be built: trials on CPUs then take the slower PyTorch operations."""
-    from models import cpu_kernels
+    from lm_tuner.models import cpu_kernels
 
     directory = cpu_kernels.kernels_directory()
     try:
@@ -390,10 +390,10 @@ def serve(
     running trials marked interrupted, to run again), every child process ends; exit status 0."""
     import uvicorn
 
-    from api.app import create_app
-    from tuner.db import ensure_schema
-    from tuner.tokens import TokenError, auth_enabled
-    from tuner.tokens import initial_token as first_token
+    from lm_tuner.api.app import create_app
+    from lm_tuner.tuner.db import ensure_schema
+    from lm_tuner.tuner.tokens import TokenError, auth_enabled
+    from lm_tuner.tuner.tokens import initial_token as first_token
 
     settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
     ensure_schema(settings.storage_url)
@@ -416,7 +416,8 @@ def serve(
     with _stopping_cleanly():
         runner = None
         if worker:
-            runner = subprocess.Popen([sys.executable, "-m", "tuner", "worker", "--storage", settings.storage_url,
+            runner = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner",
+                                       "worker", "--storage", settings.storage_url,
                                        "--artifacts", str(settings.artifact_root)])
         console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
         try:
@@ -441,7 +442,7 @@ def worker(
 
     SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
     interrupted, to run again), every child process ends; exit status 0."""
-    from tuner.queue import run_worker
+    from lm_tuner.tuner.queue import run_worker
 
     _quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
@@ -454,8 +455,8 @@ def worker(
 
 
 def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> bool:
-    from api.schemas import StudyDetailOut, TrialOut
-    from tuner.results import best_trials, family_counts, get_study, study_trials
+    from lm_tuner.api.schemas import StudyDetailOut, TrialOut
+    from lm_tuner.tuner.results import best_trials, family_counts, get_study, study_trials
 
     url = settings.storage_url
     study = get_study(url, name)
@@ -495,7 +496,7 @@ def _print_study(settings: Settings, name: str, *, as_json: bool = False) -> boo
 
 
 def _settings_for_reading(storage: str | None) -> Settings:
-    from tuner.db import ensure_schema
+    from lm_tuner.tuner.db import ensure_schema
 
     settings = Settings.from_options(storage, None)
     ensure_schema(settings.storage_url)
@@ -548,8 +549,8 @@ def _is_loopback(host: str) -> bool:
 
 def _stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["StudySpec", str]:
     """The stored spec and document of study `name` (the schema created if need be); exits if there is none."""
-    from tuner.db import ensure_schema
-    from tuner.queue import stored_spec
+    from lm_tuner.tuner.db import ensure_schema
+    from lm_tuner.tuner.queue import stored_spec
 
     _quiet_libraries()
     ensure_schema(settings.storage_url)

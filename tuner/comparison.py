@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from tuner.db import EvaluationRecord, StudyRecord, TrialRecord, sessions
-from tuner.spec import StudySpec
-from tuner.stages import final_trials, top_trials
+from lm_tuner.tuner.db import EvaluationRecord, StudyRecord, TrialRecord, sessions
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.stages import final_trials, top_trials
 
 KINDS = ("deterministic", "mc", "dynamic", "dynamic_mc")
 

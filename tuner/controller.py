@@ -17,21 +17,21 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from trainers import Corpus, load_corpus
-from tuner.db import StudyRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
-from tuner.experiment import Experiment, run_experiment
-from tuner.feasibility import budget_issues
-from tuner.ledger import record_interrupted, settled_trials
-from tuner.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
-from tuner.processes import signal_handlers_kept
-from tuner.registration import TrialRegistrar
-from tuner.reporting import OBJECTIVE, TURN
-from tuner.settings import Settings
-from tuner.space import distributions, initial_points, optuna_study_name, trial_seed
-from tuner.spec import StudySpec
-from tuner.stages import run_reruns, run_stage_two, run_test_protocols
-from tuner.strategies import make_sampler, make_scheduler
-from tuner.trial import run_trial
+from lm_tuner.trainers import Corpus, load_corpus
+from lm_tuner.tuner.db import StudyRecord, ensure_schema, families_column, optuna_storage, sessions, utcnow
+from lm_tuner.tuner.experiment import Experiment, run_experiment
+from lm_tuner.tuner.feasibility import budget_issues
+from lm_tuner.tuner.ledger import record_interrupted, settled_trials
+from lm_tuner.tuner.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
+from lm_tuner.tuner.processes import signal_handlers_kept
+from lm_tuner.tuner.registration import TrialRegistrar
+from lm_tuner.tuner.reporting import OBJECTIVE, TURN
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import distributions, initial_points, optuna_study_name, trial_seed
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.stages import run_reruns, run_stage_two, run_test_protocols
+from lm_tuner.tuner.strategies import make_sampler, make_scheduler
+from lm_tuner.tuner.trial import run_trial
 
 # Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

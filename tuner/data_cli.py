@@ -24,7 +24,7 @@ def fetch(
     Exit status: 0 the files are in place and verified, 1 the download or the check failed,
     2 no such dataset.
     """
-    from trainers.registry import CHECKSUMS, fetch_dataset, read_checksums, registered
+    from lm_tuner.trainers.registry import CHECKSUMS, fetch_dataset, read_checksums, registered
 
     try:
         dataset = registered(name)

@@ -15,7 +15,7 @@ from typing import Any
 from ray import tune
 from torch import Tensor
 
-from trainers import (
+from lm_tuner.trainers import (
     DynamicEvaluationConfig,
     default_device,
     dynamic_cross_entropy,
@@ -24,9 +24,9 @@ from trainers import (
     load_checkpoint,
     load_corpus,
 )
-from tuner.reporting import FAILED, OBJECTIVE, TURN
-from tuner.spec import StudySpec
-from tuner.trial import configure_torch
+from lm_tuner.tuner.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.trial import configure_torch
 
 
 def run_test_protocol(spec_data: dict[str, Any], checkpoint: str, threads: int) -> dict[str, Any]:

@@ -12,12 +12,12 @@ from optuna.distributions import BaseDistribution
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
 
-from tuner.cancellation import CancellationStopper
-from tuner.db import optuna_storage
-from tuner.ledger import TrialLedger
-from tuner.recorder import StudyRecorder
-from tuner.search import NewTrialHook, StudySearcher
-from tuner.settings import Settings
+from lm_tuner.tuner.cancellation import CancellationStopper
+from lm_tuner.tuner.db import optuna_storage
+from lm_tuner.tuner.ledger import TrialLedger
+from lm_tuner.tuner.recorder import StudyRecorder
+from lm_tuner.tuner.search import NewTrialHook, StudySearcher
+from lm_tuner.tuner.settings import Settings
 
 
 @dataclass

@@ -8,9 +8,9 @@ would certainly fail later.
 
 from __future__ import annotations
 
-from trainers.datasets import known_vocabulary_size
-from tuner.space import trial_setup
-from tuner.spec import SpecIssue, StudySpec
+from lm_tuner.trainers.datasets import known_vocabulary_size
+from lm_tuner.tuner.space import trial_setup
+from lm_tuner.tuner.spec import SpecIssue, StudySpec
 
 SMALLEST_VOCABULARY = 1  # a corpus has at least one token type
 

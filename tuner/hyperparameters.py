@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from models import FAMILIES
+from lm_tuner.models import FAMILIES
 
 MOGRIFIER_FAMILIES = tuple(family for family in FAMILIES if family.startswith("mogrifier"))
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from optuna.trial import TrialState
 from sqlalchemy import select
 
-from tuner.db import TrialRecord, optuna_storage, sessions
-from tuner.lifecycle import CANCELLED_REASON, cancel_requested
+from lm_tuner.tuner.db import TrialRecord, optuna_storage, sessions
+from lm_tuner.tuner.lifecycle import CANCELLED_REASON, cancel_requested
 
 
 @dataclass(frozen=True)

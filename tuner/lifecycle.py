@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 from sqlalchemy import delete, exists, select
 
-from tuner.db import (
+from lm_tuner.tuner.db import (
     CheckpointRecord,
     StudyRecord,
     TrialCountRecord,
@@ -18,7 +18,7 @@ from tuner.db import (
     sessions,
     utcnow,
 )
-from tuner.space import optuna_study_name
+from lm_tuner.tuner.space import optuna_study_name
 
 CANCELLED_REASON = "cancelled by the user"
 

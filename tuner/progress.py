@@ -13,9 +13,9 @@ from typing import Any
 from ray.tune import Callback
 from rich.console import Console
 
-from tuner.db import TrialRecord, sessions
-from tuner.results import get_study
-from tuner.study_progress import StudyProgress
+from lm_tuner.tuner.db import TrialRecord, sessions
+from lm_tuner.tuner.results import get_study
+from lm_tuner.tuner.study_progress import StudyProgress
 
 OUTCOMES = {"COMPLETE": "[green]complete[/green]", "PRUNED": "[yellow]pruned[/yellow]", "FAIL": "[red]failed[/red]"}
 INTERRUPTED = "[yellow]interrupted[/yellow]"  # failed because the run stopped; a resume runs it again

@@ -8,11 +8,11 @@ import threading
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from tuner.controller import StudyConflict, connect_ray, controller_alive, run_claimed_study, this_controller
-from tuner.db import StudyRecord, ensure_schema, families_column, sessions, utcnow
-from tuner.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
-from tuner.settings import Settings
-from tuner.spec import StudySpec
+from lm_tuner.tuner.controller import StudyConflict, connect_ray, controller_alive, run_claimed_study, this_controller
+from lm_tuner.tuner.db import StudyRecord, ensure_schema, families_column, sessions, utcnow
+from lm_tuner.tuner.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
 
 log = logging.getLogger(__name__)
 

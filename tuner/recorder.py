@@ -12,8 +12,8 @@ from typing import Any
 from ray.tune import Callback
 from sqlalchemy import delete
 
-from tuner.db import CheckpointRecord, TrialRecord, TurnRecord, sessions
-from tuner.reporting import FAILED
+from lm_tuner.tuner.db import CheckpointRecord, TrialRecord, TurnRecord, sessions
+from lm_tuner.tuner.reporting import FAILED
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
                "process_seconds", "averaging_length", "learning_rate", "epochs")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models import count_parameters
-from tuner.db import TrialRecord, optuna_storage, sessions
-from tuner.space import trial_seed, trial_setup
-from tuner.spec import StudySpec
+from lm_tuner.models import count_parameters
+from lm_tuner.tuner.db import TrialRecord, optuna_storage, sessions
+from lm_tuner.tuner.space import trial_seed, trial_setup
+from lm_tuner.tuner.spec import StudySpec
 
 PARENT = "parent_trial_id"
 SEED = "seed"

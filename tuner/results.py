@@ -24,7 +24,7 @@ from optuna.storages._rdb.models import (  # Optuna's own table definitions, so 
 )
 from sqlalchemy import Select, and_, bindparam, func, select
 
-from tuner.db import (
+from lm_tuner.tuner.db import (
     BEYOND_TUNING,
     CheckpointRecord,
     StudyRecord,
@@ -35,7 +35,7 @@ from tuner.db import (
     retried_on_disconnect,
     sessions,
 )
-from tuner.study_progress import (
+from lm_tuner.tuner.study_progress import (
     STAGE_LABELS,
     StageProgress,
     StageTally,

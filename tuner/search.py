@@ -16,8 +16,8 @@ import optuna
 from optuna.trial import TrialState
 from ray.tune.search.optuna import OptunaSearch
 
-from tuner.ledger import TrialLedger
-from tuner.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.ledger import TrialLedger
+from lm_tuner.tuner.reporting import FAILED, OBJECTIVE, TURN
 
 NewTrialHook = Callable[[int, int, dict[str, Any]], dict[str, Any]]
 """Called as (optuna_trial_id, number, params) when a trial is proposed; returns more config for it."""

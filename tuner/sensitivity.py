@@ -23,16 +23,16 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from trainers import load_corpus
-from tuner.analysis import unit_of
-from tuner.db import StudyRecord, TrialRecord, engine_for, optuna_storage, sessions
-from tuner.experiment import Experiment, run_experiment
-from tuner.registration import PARENT, SEED, TrialRegistrar
-from tuner.settings import Settings
-from tuner.space import distributions, optuna_study_name, rerun_seed
-from tuner.spec import StudySpec
-from tuner.stages import top_trials
-from tuner.trial import run_trial
+from lm_tuner.trainers import load_corpus
+from lm_tuner.tuner.analysis import unit_of
+from lm_tuner.tuner.db import StudyRecord, TrialRecord, engine_for, optuna_storage, sessions
+from lm_tuner.tuner.experiment import Experiment, run_experiment
+from lm_tuner.tuner.registration import PARENT, SEED, TrialRegistrar
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.stages import top_trials
+from lm_tuner.tuner.trial import run_trial
 
 SPAN = 0.15  # of the searched range, either side of the best value
 MOVED, MOVED_TO = "sensitivity_parameter", "sensitivity_value"  # user attributes of each run

@@ -7,10 +7,10 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from models import ModelConfig, solve_hidden_size
-from trainers import TrainingConfig
-from tuner.hyperparameters import HYPERPARAMETERS
-from tuner.spec import DYNAMIC_EVALUATION_KINDS, DynamicEvaluationStage, SearchRange, StudySpec
+from lm_tuner.models import ModelConfig, solve_hidden_size
+from lm_tuner.trainers import TrainingConfig
+from lm_tuner.tuner.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec import DYNAMIC_EVALUATION_KINDS, DynamicEvaluationStage, SearchRange, StudySpec
 
 
 @dataclass(frozen=True)

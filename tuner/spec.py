@@ -19,9 +19,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from trainers import DatasetConfig, Schedule
-from tuner.hyperparameters import HYPERPARAMETERS
-from tuner.yaml_loader import DocumentError, load_document, shown
+from lm_tuner.trainers import DatasetConfig, Schedule
+from lm_tuner.tuner.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.yaml_loader import DocumentError, load_document, shown
 
 Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"

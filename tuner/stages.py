@@ -16,16 +16,16 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from tuner.db import EvaluationRecord, TrialRecord, optuna_storage, sessions
-from tuner.evaluation_jobs import run_dynamic_evaluation_trial, run_dynamic_test, run_test_protocol
-from tuner.experiment import Experiment, run_experiment
-from tuner.ledger import settled_trials
-from tuner.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
-from tuner.settings import Settings
-from tuner.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
-from tuner.spec import StudySpec
-from tuner.strategies import make_sampler
-from tuner.trial import checkpoint_relative_path, run_trial
+from lm_tuner.tuner.db import EvaluationRecord, TrialRecord, optuna_storage, sessions
+from lm_tuner.tuner.evaluation_jobs import run_dynamic_evaluation_trial, run_dynamic_test, run_test_protocol
+from lm_tuner.tuner.experiment import Experiment, run_experiment
+from lm_tuner.tuner.ledger import settled_trials
+from lm_tuner.tuner.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.strategies import make_sampler
+from lm_tuner.tuner.trial import checkpoint_relative_path, run_trial
 
 FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
 

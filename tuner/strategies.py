@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule, TrialScheduler
 
-from tuner.spec import StudySpec
+from lm_tuner.tuner.spec import StudySpec
 
 UNBOUNDED_TURNS = 10**6
 """ASHA needs a cap on turns; under an epoch or time budget the budget ends a trial long before."""

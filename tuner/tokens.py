@@ -15,7 +15,7 @@ import secrets
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
-from tuner.db import ApiToken, SettingRecord, sessions, utcnow
+from lm_tuner.tuner.db import ApiToken, SettingRecord, sessions, utcnow
 
 AUTH_SETTING = "auth"
 TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

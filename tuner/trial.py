@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from ray import tune
 
-from trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
-from trainers.heap import keep_freed_memory
-from tuner.reporting import FAILED, OBJECTIVE, TURN
-from tuner.space import TrialSetup, trial_setup
-from tuner.spec import StudySpec
+from lm_tuner.trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
+from lm_tuner.trainers.heap import keep_freed_memory
+from lm_tuner.tuner.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.space import TrialSetup, trial_setup
+from lm_tuner.tuner.spec import StudySpec
 
 
 def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "best", stage: str = "tune") -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from tuner.db import VERSION_TABLE, Base, engine_for
+from lm_tuner.tuner.db import VERSION_TABLE, Base, engine_for
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:
