@@ -1,52 +1,32 @@
 """Parameter budgets: count trainable parameters from a configuration, and solve for hidden size.
 
-Models are compared at equal trainable-parameter counts, so the count must be exact and cheap:
-it is derived from the layer shapes in closed form and never builds a model.
+Models are compared at equal trainable-parameter counts, so the count must be exact. A family's closed form
+(`Family.parameter_count`, models/closed_form.py for the built-in ones) is exact and cheap; a family without one
+is counted on a model built on the meta device, which has shapes but no storage and runs no initialisation.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from lm_tuner.models.config import ModelConfig
+from lm_tuner.models.families import family
+from lm_tuner.models.language_model import LanguageModel
 
 
 def count_parameters(config: ModelConfig) -> int:
-    """The number of trainable parameters of `LanguageModel(config)`."""
-    vocab, embed, hidden = config.vocab_size, config.embedding_size, config.hidden_size
-    total = vocab * embed + vocab  # input embedding (shared with the softmax when tied) + softmax bias
-    if not config.tie_embeddings:
-        total += embed * vocab
-    if config.has_projection:
-        total += hidden * embed
-    if config.softmax_components > 1:  # tanh projections (with bias) and the prior (without)
-        total += config.softmax_components * (hidden * embed + embed + hidden)
-    for layer in range(config.num_layers):
-        inputs = config.layer_input_size(layer)
-        total += _cell_parameters(config.cell, inputs, hidden)
-        total += _mogrifier_parameters(config, inputs)
-    return total
+    """The number of trainable parameters of `LanguageModel(config)`: the family's closed form where it has one."""
+    closed_form = family(config.family).parameter_count
+    return count_parameters_by_building(config) if closed_form is None else closed_form(config)
 
 
-def _cell_parameters(cell: str, inputs: int, hidden: int) -> int:
-    if cell == "lstm":  # four gates from [x, h], biases
-        return (inputs + hidden) * 4 * hidden + 4 * hidden
-    if cell == "rlstm":  # i, j from [x, h]; f from [i*j, h]; o from c; biases
-        return (inputs + hidden) * 2 * hidden + 2 * hidden * hidden + hidden * hidden + 4 * hidden
-    # mlstm: m = (W_mx x) * (W_mh h); four gates from [x, m], biases
-    return inputs * hidden + hidden * hidden + (inputs + hidden) * 4 * hidden + 4 * hidden
-
-
-def _mogrifier_parameters(config: ModelConfig, inputs: int) -> int:
-    total = 0
-    for round_index in range(config.mogrifier_rounds):
-        gates_input = round_index % 2 == 0  # rounds 1, 3, 5 (1-based) gate x from h
-        source, target = (config.hidden_size, inputs) if gates_input else (inputs, config.hidden_size)
-        if config.mogrifier_rank <= 0:
-            total += source * target + target
-        else:
-            total += config.mogrifier_rank * (source + target) + target
-    return total
+def count_parameters_by_building(config: ModelConfig) -> int:
+    """The number of trainable parameters of `LanguageModel(config)`, built on the meta device to count them."""
+    with torch.device("meta"):
+        model = LanguageModel(config)
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
 
 
 def solve_hidden_size(config: ModelConfig, budget: int) -> ModelConfig:
@@ -55,11 +35,11 @@ def solve_hidden_size(config: ModelConfig, budget: int) -> ModelConfig:
     Every field but `hidden_size` is taken from `config`. Raises ValueError when even a hidden size
     of 1 exceeds the budget.
     """
-    if count_parameters(replace(config, hidden_size=1)) > budget:
+    smallest = count_parameters(replace(config, hidden_size=1))
+    if smallest > budget:
         raise ValueError(
             f"parameter_budget: {budget:,} is too small for vocabulary {config.vocab_size:,} "
-            f"and {config.num_layers} layer(s); the smallest model has "
-            f"{count_parameters(replace(config, hidden_size=1)):,} parameters"
+            f"and {config.num_layers} layer(s); the smallest model has {smallest:,} parameters"
         )
     low, high = 1, 2
     while count_parameters(replace(config, hidden_size=high)) <= budget:

@@ -1,4 +1,4 @@
-"""Recurrent cells (LSTM, RLSTM, mLSTM) and the Mogrifier, each defined once.
+"""Recurrent cells (LSTM, RLSTM, mLSTM), each defined once; the Mogrifier in front of them is models/mogrifier.py.
 
 Every cell maps (x, h_prev, c_prev) to (h, c) (Melis et al., "Mogrifier LSTM", 2020, section 2). Its
 `step` is the only statement of its forward math: the reference path runs it under autograd; the fast path runs it on
@@ -18,90 +18,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lm_tuner.models import cpu_kernels
-from lm_tuner.models.tape import Linear, Tape
-from lm_tuner.models.triton_support import triton_serves
-
-Cache = tuple[Tensor | None, ...]
-"""What a step keeps for its backward pass."""
-
-
-def truncated_normal_(tensor: Tensor, std: float) -> Tensor:
-    return nn.init.trunc_normal_(tensor, mean=0.0, std=std, a=-2 * std, b=2 * std)
-
-
-def init_forget_bias_(bias: Tensor, chrono_t_max: float) -> None:
-    """Mean 1 with std sqrt(1/n), or chrono init ln U(1, T_max - 1) when `chrono_t_max` > 0."""
-    with torch.no_grad():
-        if chrono_t_max > 0:
-            bias.uniform_(1.0, chrono_t_max - 1.0).log_()
-        else:
-            truncated_normal_(bias, math.sqrt(1.0 / bias.numel())).add_(1.0)
-
-
-def tanh(x: Tensor) -> Tensor:
-    """tanh(x) as 2 sigmoid(2x) - 1: the same function, and two to three times faster than torch.tanh on CPU."""
-    return 2.0 * torch.sigmoid(2.0 * x) - 1.0
-
-
-def _route_capped_gradient(i: Tensor, i_used: Tensor, d_i: Tensor, d_f: Tensor) -> None:
-    """min(i, 1 - f) passes its gradient (in `d_i`) to i where i is the smaller one, else to f (negated)."""
-    moved = d_i * (i_used < i).to(d_i.dtype)
-    d_i.sub_(moved)
-    d_f.sub_(moved)
-
-
-def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: bool
-                ) -> tuple[Tensor, Tensor, Cache]:
-    """h, c from pre-activations x_term + h_term ordered (i, f, o, j); with the cap the input gate is min(i, 1 - f).
-
-    Outside autograd, float32 GPU tensors take one Triton kernel (models/lstm_kernels.py) instead, and
-    CPU tensors the C++ kernel (models/cpu_kernels.py) where it could be built.
-    """
-    if not _under_autograd(x_term, h_term, c_prev):
-        if triton_serves(x_term, h_term, c_prev):
-            from lm_tuner.models import lstm_kernels
-
-            return lstm_kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
-        if (kernels := cpu_kernels.serving(x_term, h_term, c_prev)) is not None:
-            h, c, sigmoids, j, i_used, tanh_c = kernels.lstm_update(x_term, h_term, c_prev, cap_input_gate)
-            return h, c, (sigmoids, j, i_used, c_prev, tanh_c)
-    gates = x_term + h_term
-    hidden = c_prev.shape[1]
-    sigmoids = torch.sigmoid(gates[:, : 3 * hidden])
-    i, f, o = sigmoids.chunk(3, dim=1)
-    j = tanh(gates[:, 3 * hidden :])
-    i_used = torch.minimum(i, 1.0 - f) if cap_input_gate else i
-    c = torch.addcmul(f * c_prev, i_used, j)
-    tanh_c = tanh(c)
-    return o * tanh_c, c, (sigmoids, j, i_used, c_prev, tanh_c)
-
-
-def _under_autograd(*tensors: Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-def lstm_update_backward(cache: Cache, dh: Tensor, dc: Tensor, cap_input_gate: bool) -> tuple[Tensor, Tensor]:
-    """Gradients of the gate pre-activations and of c_prev, given those of h and c."""
-    if triton_serves(dh, dc):
-        from lm_tuner.models import lstm_kernels
-
-        return lstm_kernels.lstm_update_backward(cache, dh, dc, cap_input_gate)
-    if (kernels := cpu_kernels.serving(dh, dc)) is not None:
-        return tuple(kernels.lstm_update_backward(*cache, dh, dc, cap_input_gate))
-    sigmoids, j, i_used, c_prev, tanh_c = cache
-    i, f, o = sigmoids.chunk(3, dim=1)
-    dc = torch.addcmul(dc, dh * o, 1.0 - tanh_c * tanh_c)
-    d_gates = dh.new_empty(dh.shape[0], 4 * dh.shape[1])
-    d_i, d_f, d_o, d_j = d_gates.chunk(4, dim=1)
-    torch.mul(dc, j, out=d_i)
-    torch.mul(dc, c_prev, out=d_f)
-    torch.mul(dh, tanh_c, out=d_o)
-    if cap_input_gate:
-        _route_capped_gradient(i, i_used, d_i, d_f)
-    d_gates[:, : 3 * dh.shape[1]].mul_(sigmoids * (1.0 - sigmoids))
-    torch.mul(dc * i_used, 1.0 - j * j, out=d_j)
-    return d_gates, dc * f
+from lm_tuner.models.initialisation import init_forget_bias_, truncated_normal_
+from lm_tuner.models.lstm_update import lstm_update, lstm_update_backward, route_capped_gradient, tanh
+from lm_tuner.models.tape import Cache, Linear, Tape
 
 
 class LSTMCell(nn.Module):
@@ -185,7 +104,7 @@ class RLSTMCell(nn.Module):
         torch.mul(dc, j, out=d_i)
         torch.mul(dc, c_prev, out=d_f)
         if self.cap_input_gate:
-            _route_capped_gradient(i, i_used, d_i, d_f)
+            route_capped_gradient(i, i_used, d_i, d_f)
         d_f.mul_(f * (1.0 - f))
         d_i_times_j = tape.backward(self.forget, d_f)
         torch.addcmul(dc * i_used, d_i_times_j, i, out=d_j)
@@ -239,73 +158,3 @@ CELLS: dict[str, type[LSTMCell] | type[RLSTMCell] | type[MLSTMCell]] = {
     "rlstm": RLSTMCell,
     "mlstm": MLSTMCell,
 }
-
-
-class GateProjection(nn.Module):
-    """The affine map of one mogrifier round: full rank, or two factors of rank k (Q = Q_left Q_right)."""
-
-    def __init__(self, source: int, target: int, rank: int) -> None:
-        super().__init__()
-        if rank <= 0:
-            self.maps = nn.ModuleList([nn.Linear(source, target)])
-            truncated_normal_(self.maps[0].weight, math.sqrt(1.0 / source))
-        else:
-            self.maps = nn.ModuleList([nn.Linear(source, rank, bias=False), nn.Linear(rank, target)])
-            factor_std = (1.0 / (source * rank)) ** 0.25
-            truncated_normal_(self.maps[0].weight, factor_std)
-            truncated_normal_(self.maps[1].weight, factor_std)
-        truncated_normal_(self.maps[-1].bias, math.sqrt(1.0 / target))
-
-    def forward(self, linear: Linear, inputs: Tensor) -> Tensor:
-        for module in self.maps:
-            inputs = linear(module, inputs)
-        return inputs
-
-    def backward(self, tape: Tape, grad_outputs: Tensor) -> Tensor:
-        for module in reversed(self.maps):
-            grad_outputs = tape.backward(module, grad_outputs)
-        return grad_outputs
-
-
-class Mogrifier(nn.Module):
-    """Mutual gating of the input and the previous state before the cell (Melis et al., 2020).
-
-    Odd rounds (1-based) gate x from h, even rounds gate h from the updated x: x <- 2 sigma(Q h + b) x,
-    h <- 2 sigma(R x + b) h. The factor 2 keeps a random initialisation close to the identity.
-    """
-
-    def __init__(self, input_size: int, hidden_size: int, rounds: int, rank: int) -> None:
-        super().__init__()
-        self.projections = nn.ModuleList(
-            GateProjection(hidden_size, input_size, rank) if k % 2 == 0
-            else GateProjection(input_size, hidden_size, rank)
-            for k in range(rounds)
-        )
-
-    def forward(self, linear: Linear, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor, Cache]:
-        cache = []
-        for k, projection in enumerate(self.projections):
-            if k % 2 == 0:
-                gate = 2.0 * torch.sigmoid(projection(linear, h))
-                cache.append((gate, x))
-                x = gate * x
-            else:
-                gate = 2.0 * torch.sigmoid(projection(linear, x))
-                cache.append((gate, h))
-                h = gate * h
-        return x, h, tuple(cache)
-
-    def backward(self, tape: Tape, cache: Cache, dx: Tensor, dh: Tensor) -> tuple[Tensor, Tensor]:
-        """Gradients of the original (x, h), given those of the mogrified ones."""
-        for k in reversed(range(len(self.projections))):
-            gate, gated = cache[k]
-            slope = torch.addcmul(gate, gate, gate, value=-0.5)  # d(2 sigma(z))/dz = 2 sigma (1 - sigma)
-            if k % 2 == 0:
-                d_pre = (dx * gated).mul_(slope)
-                dx = dx * gate
-                dh = dh + self.projections[k].backward(tape, d_pre)
-            else:
-                d_pre = (dh * gated).mul_(slope)
-                dh = dh * gate
-                dx = dx + self.projections[k].backward(tape, d_pre)
-        return dx, dh

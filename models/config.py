@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FAMILIES = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm")
-"""Cell families this package can build. The `mogrifier*` families put a mogrifier before the cell."""
+from lm_tuner.models import families
 
-CELLS = {"lstm": "lstm", "mogrifier": "lstm", "rlstm": "rlstm", "mogrifier_rlstm": "rlstm", "mlstm": "mlstm"}
-"""The recurrent cell each family runs."""
+
+def __getattr__(name: str) -> Any:
+    """`CELLS`, read from the registry when asked, so that it includes families registered later."""
+    if name == "CELLS":  # the recurrent cell each family runs
+        return {registered.name: registered.cell for registered in families.FAMILY_REGISTRY.values()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DROPOUT_RATES = (
     "input_dropout",
@@ -54,16 +58,17 @@ class ModelConfig:
     embedding_dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        _require(self.family in FAMILIES, "family", self.family, ", ".join(FAMILIES))
+        configured = families.family(self.family)
         _require(self.vocab_size >= 1, "vocab_size", self.vocab_size, "an integer >= 1")
         _require(self.hidden_size >= 1, "hidden_size", self.hidden_size, "an integer >= 1")
         _require(self.num_layers >= 1, "num_layers", self.num_layers, "an integer >= 1")
         _require(self.input_embedding_ratio >= 0, "input_embedding_ratio", self.input_embedding_ratio,
                  "a number >= 0 (the embedding has at least 1 dimension)")
         _require(0 <= self.mogrifier_rounds <= 6, "mogrifier_rounds", self.mogrifier_rounds, "an integer in [0, 6]")
-        if not self.family.startswith("mogrifier"):
+        if not configured.mogrifier:
+            with_mogrifier = " or ".join(repr(f.name) for f in families.FAMILY_REGISTRY.values() if f.mogrifier)
             _require(self.mogrifier_rounds == 0, "mogrifier_rounds", self.mogrifier_rounds,
-                     f"0 for family {self.family!r} (use family 'mogrifier' or 'mogrifier_rlstm')")
+                     f"0 for family {self.family!r} (use family {with_mogrifier})")
         _require(self.softmax_components >= 1, "softmax_components", self.softmax_components, "an integer >= 1")
         _require(self.chrono_t_max == 0 or self.chrono_t_max > 2, "chrono_t_max", self.chrono_t_max,
                  "0 (forget bias mean 1) or a number > 2")
@@ -73,7 +78,7 @@ class ModelConfig:
 
     @property
     def cell(self) -> str:
-        return CELLS[self.family]
+        return families.family(self.family).cell
 
     @property
     def embedding_size(self) -> int:

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from lm_tuner.models.cells import truncated_normal_
 from lm_tuner.models.config import ModelConfig
 from lm_tuner.models.cuda_graphs import run_layer
+from lm_tuner.models.initialisation import truncated_normal_
 from lm_tuner.models.recurrence import RecurrentLayer, State, variational_mask
 
 

@@ -1,4 +1,4 @@
-"""Triton kernels: the LSTM's element-wise update (models.cells.lstm_update) and its gradient, one launch each.
+"""Triton kernels: the LSTM's element-wise update (models.lstm_update.lstm_update) and its gradient, one launch each.
 
 In PyTorch the update is a dozen element-wise kernels forward and fifteen backward, each reading and
 writing a (batch, hidden) tensor; on a GPU the launches dominate. These compute the same formulas
@@ -95,7 +95,7 @@ def _rows(t: Tensor) -> Tensor:
 
 def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: bool
                 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-    """lm_tuner.models.cells.lstm_update of the gate pre-activations x_term + h_term, in one launch."""
+    """models.lstm_update.lstm_update of the gate pre-activations x_term + h_term, in one launch."""
     x_term, h_term, c_prev = _rows(x_term), _rows(h_term), c_prev.contiguous()
     batch, hidden = c_prev.shape
     h, c, j, i_used, tanh_c = (torch.empty_like(c_prev) for _ in range(5))
@@ -109,7 +109,7 @@ def lstm_update(x_term: Tensor, h_term: Tensor, c_prev: Tensor, cap_input_gate: 
 
 def lstm_update_backward(cache: tuple[Tensor, ...], dh: Tensor, dc: Tensor, cap_input_gate: bool
                          ) -> tuple[Tensor, Tensor]:
-    """lm_tuner.models.cells.lstm_update_backward in one launch: gradients of the gate pre-activations and c_prev."""
+    """models.lstm_update.lstm_update_backward in one launch: gradients of the gate pre-activations and c_prev."""
     sigmoids, j, i_used, c_prev, tanh_c = (t.contiguous() for t in cache)
     dh, dc = dh.contiguous(), dc.contiguous()
     batch, hidden = dh.shape

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from lm_tuner.models import cpu_kernels
-from lm_tuner.models.cells import Cache, Mogrifier
-from lm_tuner.models.tape import Linear, Tape
+from lm_tuner.models.mogrifier import Mogrifier
+from lm_tuner.models.tape import Cache, Linear, Tape
 from lm_tuner.models.triton_support import matmul_precision, on_device_of, triton_serves
 
 ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs

@@ -16,10 +16,11 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from lm_tuner.models.cells import CELLS, Cache, Mogrifier
+from lm_tuner.models.cells import CELLS
 from lm_tuner.models.config import ModelConfig
+from lm_tuner.models.mogrifier import Mogrifier
 from lm_tuner.models.mogrifier_window import MogrifierWindow, mogrifier_window
-from lm_tuner.models.tape import Linear, Tape, autograd_linear
+from lm_tuner.models.tape import Cache, Linear, Tape, autograd_linear
 
 State = tuple[Tensor, Tensor]
 """(h, c) of one layer, each (batch, hidden)."""

@@ -59,6 +59,10 @@ class Linear(Protocol):
     def __call__(self, module: nn.Linear, inputs: Tensor) -> Tensor: ...
 
 
+Cache = tuple[Tensor | None, ...]
+"""What a step keeps for its backward pass."""
+
+
 def autograd_linear(module: nn.Linear, inputs: Tensor) -> Tensor:
     return module(inputs)
 

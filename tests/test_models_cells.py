@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lm_tuner.models import LanguageModel, ModelConfig
-from lm_tuner.models.cells import GateProjection, LSTMCell, MLSTMCell, Mogrifier, RLSTMCell
+from lm_tuner.models.cells import LSTMCell, MLSTMCell, RLSTMCell
+from lm_tuner.models.mogrifier import GateProjection, Mogrifier
 from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.models.tape import autograd_linear
 

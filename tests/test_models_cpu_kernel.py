@@ -162,7 +162,9 @@ def test_a_later_process_loads_the_cached_build_instead_of_compiling(tmp_path):
         "                  'source': str(cpu_kernels.SOURCE)}))\n"
     )
     other_checkout = tmp_path / "other_checkout"
-    shutil.copytree(ROOT / "models", other_checkout / "models", ignore=shutil.ignore_patterns("__pycache__"))
+    # the other checkout's models come first on the path, as the namespace package lm_tuner.models
+    shutil.copytree(ROOT / "models", other_checkout / "lm_tuner" / "models",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     cache = tmp_path / "torch_extensions"
     runs = []
     for checkout in (ROOT, other_checkout):

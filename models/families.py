@@ -1,0 +1,143 @@
+"""The model families: the cell each runs, what it puts around the cell, its paper and its own hyperparameters.
+
+The registry is the one list of families: `ModelConfig` validates against it, the budget solver counts with it,
+and the tuner builds its catalogue of hyperparameters from it. Its order is the display order. A plugin adds a
+family with `register_family`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from lm_tuner.models.cells import CELLS
+from lm_tuner.models.closed_form import closed_form_parameter_count
+from lm_tuner.models.hyperparameters import Hyperparameter
+
+if TYPE_CHECKING:
+    from lm_tuner.models.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: `cell` (a key of models.cells.CELLS), with a mogrifier in front of it when `mogrifier`.
+
+    `residual`: the family's paper uses the residual architecture (Melis thesis, ch. 4), which assumes embedding
+    size == hidden size; it describes the family, while a model's layers are wired by
+    `ModelConfig.residual_connections`. `hyperparameters` are the ones only some families have (their `families`
+    left None); `defaults` gives each of them the value a model of this family has when a study sets none.
+    `parameter_count` is an exact closed form of the trainable-parameter count; None counts a model built on the
+    meta device instead (models/budget.py), which is exact for any family but slower.
+    """
+
+    name: str
+    cell: str
+    mogrifier: bool
+    residual: bool
+    paper: str
+    description: str
+    hyperparameters: tuple[Hyperparameter, ...] = ()
+    defaults: Mapping[str, object] = field(default_factory=dict, hash=False)
+    parameter_count: Callable[[ModelConfig], int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise ValueError(f"cell: got {self.cell!r} for family {self.name!r}; allowed: {', '.join(CELLS)}")
+        names = [hyper.name for hyper in self.hyperparameters]
+        if duplicates := sorted(name for name, count in Counter(names).items() if count > 1):
+            raise ValueError(f"hyperparameters: family {self.name!r} declares {', '.join(duplicates)} twice")
+        if claimed := [hyper.name for hyper in self.hyperparameters if hyper.families is not None]:
+            raise ValueError(f"hyperparameters: {', '.join(claimed)} of family {self.name!r} name families; "
+                             f"allowed: families=None (the registry fills in the families that declare it)")
+        if set(self.defaults) != set(names):
+            raise ValueError(f"defaults: got {', '.join(self.defaults) or '(none)'} for family {self.name!r}; "
+                             f"allowed: exactly its hyperparameters ({', '.join(names) or 'none'})")
+        for hyper in self.hyperparameters:
+            if not hyper.accepts(self.defaults[hyper.name]):
+                raise ValueError(f"defaults: {hyper.name} of family {self.name!r} is "
+                                 f"{self.defaults[hyper.name]!r}; allowed: {hyper.allowed()}")
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+
+
+MOGRIFIER_HYPERPARAMETERS = (
+    Hyperparameter("mogrifier_rounds", "model", "int", "mogrifier rounds (0 = plain cell)", 0, 6, required=True),
+    Hyperparameter("mogrifier_rank", "model", "int", "rank of mogrifier matrices; <= 0 means full rank",
+                   required=True),
+)
+"""The hyperparameters of every family with a mogrifier."""
+
+MOGRIFIER_DEFAULTS = MappingProxyType({"mogrifier_rounds": 0, "mogrifier_rank": 0})
+
+MOGRIFIER_PAPER = "Melis, Kočiský & Blunsom (2020), Mogrifier LSTM, ICLR"
+RLSTM_PAPER = "Melis (2023), Towards Better Generative Models of Language, PhD thesis, UCL, ch. 4"
+
+FAMILY_REGISTRY: dict[str, Family] = {}
+"""Every family by name, in display order. Add to it with `register_family` only."""
+
+
+def register_family(family: Family) -> Family:
+    """Adds `family` to the registry (after the others). Refuses a name already taken, and a hyperparameter
+    whose definition differs from that of another family declaring the same name."""
+    if family.name in FAMILY_REGISTRY:
+        raise ValueError(f"family: {family.name!r} is already registered; choose another name "
+                         f"(taken: {', '.join(FAMILY_REGISTRY)})")
+    declared = {hyper.name: (hyper, owner) for owner in FAMILY_REGISTRY.values() for hyper in owner.hyperparameters}
+    for hyper in family.hyperparameters:
+        if hyper.name in declared and declared[hyper.name][0] != hyper:
+            raise ValueError(f"hyperparameters: {hyper.name!r} of family {family.name!r} differs from the one family "
+                             f"{declared[hyper.name][1].name!r} declares; allowed: the same definition")
+    FAMILY_REGISTRY[family.name] = family
+    return family
+
+
+def family(name: str) -> Family:
+    """The registered family called `name`."""
+    if name not in FAMILY_REGISTRY:
+        raise ValueError(f"family: got {name!r}; allowed: {', '.join(FAMILY_REGISTRY)}")
+    return FAMILY_REGISTRY[name]
+
+
+def family_names() -> tuple[str, ...]:
+    """The registered families' names, in display order."""
+    return tuple(FAMILY_REGISTRY)
+
+
+def family_hyperparameters() -> dict[str, tuple[Hyperparameter, tuple[str, ...]]]:
+    """Each hyperparameter that only some families have: its definition, with `families` set to the families that
+    declare it (in display order), and those families."""
+    owners: dict[str, list[str]] = {}
+    definitions: dict[str, Hyperparameter] = {}
+    for registered in FAMILY_REGISTRY.values():
+        for hyper in registered.hyperparameters:
+            definitions.setdefault(hyper.name, hyper)
+            owners.setdefault(hyper.name, []).append(registered.name)
+    return {name: (replace(definitions[name], families=tuple(owners[name])), tuple(owners[name]))
+            for name in definitions}
+
+
+BUILT_IN_FAMILIES = (
+    Family("lstm", cell="lstm", mogrifier=False, residual=False,
+           paper="Hochreiter & Schmidhuber (1997), Long Short-Term Memory, Neural Computation",
+           description="the LSTM, by default with the input gate capped at 1 - f: the baseline",
+           parameter_count=closed_form_parameter_count),
+    Family("mogrifier", cell="lstm", mogrifier=True, residual=False, paper=MOGRIFIER_PAPER,
+           description="rounds of mutual gating of the input and the previous state, then the LSTM",
+           hyperparameters=MOGRIFIER_HYPERPARAMETERS, defaults=MOGRIFIER_DEFAULTS,
+           parameter_count=closed_form_parameter_count),
+    Family("rlstm", cell="rlstm", mogrifier=False, residual=True, paper=RLSTM_PAPER,
+           description="the Rewired LSTM: the forget gate reads i * j, the output gate reads c",
+           parameter_count=closed_form_parameter_count),
+    Family("mogrifier_rlstm", cell="rlstm", mogrifier=True, residual=True, paper=RLSTM_PAPER,
+           description="the mogrifier's rounds, then the Rewired LSTM",
+           hyperparameters=MOGRIFIER_HYPERPARAMETERS, defaults=MOGRIFIER_DEFAULTS,
+           parameter_count=closed_form_parameter_count),
+    Family("mlstm", cell="mlstm", mogrifier=False, residual=False,
+           paper="Krause, Lu, Murray & Renals (2016), Multiplicative LSTM for sequence modelling, arXiv:1609.07959",
+           description="the multiplicative LSTM: m = (W_mx x) * (W_mh h) replaces h in every gate",
+           parameter_count=closed_form_parameter_count),
+)
+for built_in in BUILT_IN_FAMILIES:
+    register_family(built_in)

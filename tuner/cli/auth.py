@@ -1,0 +1,105 @@
+"""`tuner token` and `tuner auth`: who may use the REST API."""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lm_tuner.tuner.settings import STORAGE_VARIABLE, Settings
+
+token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
+                        no_args_is_help=True)
+auth_app = typer.Typer(help="Whether the REST API needs tokens: on from the first `tuner token create` until "
+                            "`tuner auth off`.", no_args_is_help=True)
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+Storage = Annotated[Optional[str], typer.Option(
+    "--storage", metavar="URL", help=f"SQLAlchemy URL of the database [default: ${STORAGE_VARIABLE}, else the "
+                                     f"SQLite file in $LM_TUNER_HOME]")]
+
+
+def _url(storage: str | None) -> str:
+    from lm_tuner.tuner.store.engine import ensure_schema
+
+    url = Settings.from_options(storage, None).storage_url
+    ensure_schema(url)
+    return url
+
+
+def _refuse(error: Exception) -> NoReturn:
+    errors.print(f"[red]error: {error}[/red]")
+    raise typer.Exit(2) from error
+
+
+@token_app.command("create")
+def token_create(name: Annotated[str, typer.Argument(help="who or what the token is for")],
+                 storage: Storage = None) -> None:
+    """Create a token and print it (it is stored hashed: this is the only time it is shown). Authentication is
+    on from now on: every write needs a valid token, until `tuner auth off`."""
+    from lm_tuner.tuner.store.tokens import TokenError, create_token
+
+    try:
+        print(create_token(_url(storage), name))
+    except TokenError as error:
+        _refuse(error)
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: Storage = None) -> None:
+    """Revoke a token; requests carrying it are refused from now on. Authentication stays on, also when no
+    active token is left (then nobody can write until a new token is created)."""
+    from lm_tuner.tuner.store.tokens import TokenError, revoke_token
+
+    try:
+        revoke_token(_url(storage), name)
+    except TokenError as error:
+        _refuse(error)
+    console.print(f"revoked {name}")
+
+
+@token_app.command("list")
+def token_list(storage: Storage = None) -> None:
+    """Tokens by name, with when they were created and revoked."""
+    from lm_tuner.tuner.store.tokens import list_tokens
+
+    table = Table("name", "created", "revoked")
+    for token in list_tokens(_url(storage)):
+        table.add_row(token.name, str(token.created_at), str(token.revoked_at or "-"))
+    console.print(table)
+
+
+@auth_app.command("status")
+def auth_status(storage: Storage = None) -> None:
+    """Whether the API needs tokens, and how many active tokens there are."""
+    from lm_tuner.tuner.store.tokens import auth_enabled, list_tokens
+
+    url = _url(storage)
+    active = sum(token.revoked_at is None for token in list_tokens(url))
+    state = "on: writes need a valid token" if auth_enabled(url) else "off: anyone who reaches the API can write"
+    console.print(f"authentication {state}; {active} active token(s)")
+
+
+@auth_app.command("on")
+def auth_on(storage: Storage = None) -> None:
+    """Turn authentication on again (needs an active token)."""
+    from lm_tuner.tuner.store.tokens import TokenError, set_auth
+
+    try:
+        set_auth(_url(storage), True)
+    except TokenError as error:
+        _refuse(error)
+    console.print("authentication on")
+
+
+@auth_app.command("off")
+def auth_off(storage: Storage = None) -> None:
+    """Turn authentication off: anyone who can reach the API can submit, cancel and delete studies. A server
+    listening beyond this machine then refuses to start without --insecure."""
+    from lm_tuner.tuner.store.tokens import set_auth
+
+    set_auth(_url(storage), False)
+    console.print("authentication off")

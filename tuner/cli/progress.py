@@ -1,0 +1,114 @@
+"""Live progress of a running study on the terminal: a line per trial start and end.
+
+After each end: what this run has done of what it will do (a resumed study counts only what is left),
+the study's trials per stage, the best tuning trial so far and the time left in the current stage, all
+read from the database through tuner.results, as the API and the dashboard read them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray.tune import Callback
+from rich.console import Console
+
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.progress import StudyProgress
+from lm_tuner.tuner.store.schema import TrialRecord
+from lm_tuner.tuner.store.studies import get_study
+
+OUTCOMES = {"COMPLETE": "[green]complete[/green]", "PRUNED": "[yellow]pruned[/yellow]", "FAIL": "[red]failed[/red]"}
+INTERRUPTED = "[yellow]interrupted[/yellow]"  # failed because the run stopped; a resume runs it again
+
+
+class ProgressPrinter(Callback):
+    """Prints trial starts and ends with this run's and the study's progress, the best so far and an ETA."""
+
+    def __init__(self, storage_url: str, study: str) -> None:
+        self._url = storage_url
+        self._study = study
+        self._settled_before: dict[str, int] | None = None  # per stage, when this run's first trial started
+        self._outcomes = {"complete": 0, "pruned": 0, "failed": 0, "interrupted": 0}
+        self._best: tuple[float, str] | None = None
+
+    @property
+    def _console(self) -> Console:
+        return Console(highlight=False)  # not kept as state: Ray pickles callbacks
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._begin()
+        params = ", ".join(f"{k}={_short(v)}" for k, v in trial.config["params"].items())
+        self._print(f"[dim]start[/dim]  {self._label(trial, self._record(trial))}  {params}")
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finished(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finished(trial)
+
+    def _begin(self) -> None:
+        """Notes what the study had settled before this run (interrupted trials were failed by then)."""
+        if self._settled_before is not None:
+            return
+        progress = self._progress()
+        self._settled_before = {stage.stage: stage.settled for stage in progress.stages}
+        if progress.settled:
+            self._print(f"resumed: {progress.settled} of {progress.planned} trials already done "
+                        f"({_stages(progress)}); this run: {progress.planned - progress.settled}")
+
+    def _finished(self, trial: Any) -> None:
+        self._begin()
+        record = self._record(trial)  # the searcher has recorded the trial's end by now
+        label = self._label(trial, record)
+        outcome = "interrupted" if record.interrupted else {"COMPLETE": "complete", "PRUNED": "pruned"}.get(
+            record.state, "failed")
+        self._outcomes[outcome] += 1
+        detail = ""
+        if record.value is not None:
+            detail = f"val ppl {math.exp(record.value):.3f}"
+            if record.stage == "tune" and (self._best is None or record.value < self._best[0]):
+                self._best = (record.value, label)
+        shown = INTERRUPTED if record.interrupted else OUTCOMES.get(record.state, record.state)
+        self._print(f"{shown}  {label}  {detail}  |  {self._summary(self._progress())}")
+
+    def _summary(self, progress: StudyProgress) -> str:
+        before = self._settled_before or {}
+        # Planned counts of later stages can shrink as earlier ones finish; never below what is settled.
+        left = sum(max(stage.planned - before.get(stage.stage, 0), 0) for stage in progress.stages)
+        done = sum(max(stage.settled - before.get(stage.stage, 0), 0) for stage in progress.stages)
+        outcomes = ", ".join(f"{count} {name}" for name, count in self._outcomes.items()
+                             if count or name != "interrupted")
+        best = f"best {math.exp(self._best[0]):.3f} ({self._best[1]})" if self._best else "best -"
+        current = progress.current
+        eta = "-" if current is None or current.eta_seconds is None else \
+            f"{current.label} {_duration(current.eta_seconds)}"
+        return (f"this run {done}/{left} done ({outcomes}), {progress.running} running  |  {_stages(progress)}  |  "
+                f"{best}  |  ETA {eta}")
+
+    def _progress(self) -> StudyProgress:
+        return get_study(self._url, self._study).progress
+
+    def _record(self, trial: Any) -> TrialRecord:
+        with sessions(self._url)() as session:
+            return session.get(TrialRecord, trial.config["optuna_trial_id"])
+
+    def _label(self, trial: Any, record: TrialRecord) -> str:
+        stage = "" if record.stage == "tune" else f"/{record.stage}"
+        return f"{self._study}/{trial.config['family']}{stage}#{trial.config['number']}"
+
+    def _print(self, line: str) -> None:
+        self._console.print(line, soft_wrap=True)  # one line per event, also in a log file
+
+
+def _stages(progress: StudyProgress) -> str:
+    return ", ".join(f"{stage.label} {stage.settled}/{stage.planned}" for stage in progress.stages)
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

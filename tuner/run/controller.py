@@ -1,0 +1,237 @@
+"""The controller: turns a validated spec into Optuna studies whose trials Ray Tune runs.
+
+One Optuna study per model family, each with the same budget, data, schedule and trial count, so
+families are compared on equal terms. The database is the source of truth: launching a study that
+already exists with the same spec continues it where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+
+import ray
+from optuna.trial import TrialState
+from ray import tune
+from sqlalchemy import select
+
+from lm_tuner.trainers import Corpus, load_corpus
+from lm_tuner.tuner.run.experiment import Experiment, run_experiment
+from lm_tuner.tuner.run.processes import signal_handlers_kept
+from lm_tuner.tuner.run.registration import TrialRegistrar
+from lm_tuner.tuner.run.reporting import OBJECTIVE, TURN
+from lm_tuner.tuner.run.stages import run_reruns, run_stage_two, run_test_protocols
+from lm_tuner.tuner.run.strategies import make_sampler, make_scheduler
+from lm_tuner.tuner.run.trial import run_trial
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.feasibility import budget_issues
+from lm_tuner.tuner.spec.space import distributions, initial_points, optuna_study_name, trial_seed
+from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
+from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
+from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
+from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
+
+# Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+# Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
+# marked interrupted and the study can be continued; Tune's own handler would swallow it and stay installed.
+os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+
+INTERRUPTED_REASON = "its controller stopped before the trial finished"
+
+
+class StudyConflict(RuntimeError):
+    """The study name is taken by a different spec, or another live process is running it."""
+
+
+class StudyRefused(ValueError):
+    """The study cannot run as specified: its data cannot be read, or its budget fits no model."""
+
+
+def this_controller() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def launch_study(
+    spec: StudySpec,
+    document: str,
+    settings: Settings,
+    *,
+    submitted_via: str = "cli",
+    callbacks: Sequence[tune.Callback] = (),
+) -> str:
+    """Create (or continue) the study and run it to the end; returns its final status. Its data and budget are
+    checked first: a study that cannot run is refused (StudyRefused) before anything is stored."""
+    prepared_corpus(spec)
+    ensure_schema(settings.storage_url)
+    release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
+    claim_study(settings.storage_url, spec, document, submitted_via)
+    try:
+        return run_claimed_study(spec, settings, callbacks=callbacks)
+    except KeyboardInterrupt:
+        _finish(settings.storage_url, spec.name, "failed", f"interrupted; its running trials run again when it "
+                                                             f"continues (`tuner resume {spec.name}`)")
+        raise
+
+
+def prepared_corpus(spec: StudySpec) -> Corpus:
+    """The study's corpus, once its data is read and a model of every family fits the budget; else StudyRefused."""
+    try:
+        corpus = load_corpus(spec.dataset)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise StudyRefused(f"dataset: {error.args[0] if error.args else error}") from error
+    issues = budget_issues(spec, len(corpus.vocabulary))
+    if issues:
+        raise StudyRefused("; ".join(issue.render(None) for issue in issues))
+    return corpus
+
+
+def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) -> None:
+    """Record this process as the study's controller, creating the study if it is new."""
+    spec_data = spec.model_dump(mode="json")
+    with sessions(url).begin() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name).with_for_update())
+        if record is None:
+            record = StudyRecord(name=spec.name, spec=spec_data, families=families_column(spec.families),
+                                 document=document, submitted_via=submitted_via)
+            session.add(record)
+        elif record.spec != spec_data:
+            raise StudyConflict(
+                f"name: a study named {spec.name!r} already exists with a different spec; "
+                f"give this one a new name (a relaunch continues a study only when the spec is identical)"
+            )
+        elif record.status in ("running", "cancelling") and record.controller and \
+                controller_alive(record.controller):
+            raise StudyConflict(f"study {spec.name!r} is being run by process {record.controller}")
+        record.status = "running"
+        record.controller = this_controller()
+        record.started_at = record.started_at or utcnow()
+        record.error = None
+
+
+def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = ()) -> str:
+    """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status."""
+    url = settings.storage_url
+    try:
+        corpus = prepared_corpus(spec)
+        vocab_size = len(corpus.vocabulary)
+        with sessions(url).begin() as session:
+            record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
+            record.best_possible_loss = corpus.best_cross_entropy
+        _fail_interrupted_trials(url, spec)
+        for family in spec.families:
+            _step(url, spec, lambda f=family: _tune_family(spec, f, vocab_size, settings, callbacks), settings)
+        missing = sum(max(0, spec.tuning.trials - settled_trials(url, optuna_study_name(spec.name, f)))
+                      for f in spec.families)
+        if not missing and spec.reruns is not None:
+            for family in spec.families:
+                _step(url, spec, lambda f=family: run_reruns(spec, f, vocab_size, settings, callbacks), settings)
+        if not missing and spec.evaluation is not None:
+            _step(url, spec, lambda: run_test_protocols(spec, settings), settings)
+        if not missing and spec.dynamic_evaluation is not None:
+            for family in spec.families:
+                _step(url, spec, lambda f=family: run_stage_two(spec, f, settings, callbacks), settings)
+        if cancel_requested(url, spec.name):
+            _fail_interrupted_trials(url, spec, CANCELLED_REASON)  # those stopped before their first report
+            _finish(url, spec.name, "cancelled", CANCELLED_REASON)
+            return "cancelled"
+    except BaseException as error:
+        _fail_interrupted_trials(url, spec)
+        if not isinstance(error, KeyboardInterrupt):  # the caller records a stop: launch fails it, a worker requeues
+            _finish(url, spec.name, "failed", f"{type(error).__name__}: {error}")
+        raise
+    if missing:
+        _finish(url, spec.name, "failed", f"stopped with {missing} trial(s) not run; launch the same spec again "
+                                          f"to continue")
+        return "failed"
+    _finish(url, spec.name, "complete", None)
+    return "complete"
+
+
+def _step(url: str, spec: StudySpec, work: Callable[[], None], settings: Settings) -> None:
+    """Run one stage of the study unless a cancel was requested; Ray is started on first need."""
+    if not cancel_requested(url, spec.name):
+        connect_ray(settings)
+        work()
+
+
+def _tune_family(spec: StudySpec, family: str, vocab_size: int, settings: Settings,
+                 callbacks: Sequence[tune.Callback]) -> None:
+    url = settings.storage_url
+    optuna_name = optuna_study_name(spec.name, family)
+    remaining = spec.tuning.trials - settled_trials(url, optuna_name)
+    if remaining <= 0:
+        return
+    run_experiment(Experiment(
+        study=spec.name, family=family, optuna_name=optuna_name, trials=remaining,
+        space=distributions(spec, family),
+        sampler=make_sampler(spec.tuning.sampler, spec.tuning.seed, spec.tuning.startup_trials),
+        trainable=run_trial,
+        job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
+        registrar=TrialRegistrar(spec, family, vocab_size, url),
+        resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
+        concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
+        scheduler=make_scheduler(spec, OBJECTIVE, TURN),
+        points=[] if _has_trials(optuna_storage(url), optuna_name) else initial_points(spec, family),
+    ), settings, callbacks)
+
+
+def _has_trials(storage, study_name: str) -> bool:
+    try:
+        return bool(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
+    except KeyError:
+        return False
+
+
+def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTED_REASON) -> None:
+    """Trials left RUNNING by a controller that stopped are failed explicitly, never left as zombies.
+
+    They are marked interrupted, so they do not count against a budget and are run again. Every Optuna
+    study of the study is covered: tuning, reruns and stage 2.
+    """
+    storage = optuna_storage(url)
+    for study in storage.get_all_studies():
+        name = study.study_name
+        if not name.startswith(f"{spec.name}/"):
+            continue
+        family = name.split("/")[1]
+        for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            record_interrupted(url, spec.name, family, trial._trial_id, trial.number,
+                               trial.user_attrs.get("seed", trial_seed(spec, trial.number)), reason)
+
+
+def _finish(url: str, name: str, status: str, error: str | None) -> None:
+    with sessions(url).begin() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+        record.status, record.error, record.finished_at, record.controller = status, error, utcnow(), None
+
+
+def connect_ray(settings: Settings) -> None:
+    if ray.is_initialized():
+        return
+    with signal_handlers_kept():  # how this process stops on SIGTERM is its command's choice, not Ray's
+        ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False)
+
+
+def ray_address(settings: Settings) -> str:
+    """--address, else Ray's own RAY_ADDRESS, else a private local Ray. (Ray's default would attach to
+    whichever cluster this machine started last, `ray start` or another program's, if one is up.)"""
+    return settings.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+def controller_alive(controller: str) -> bool:
+    host, _, pid = controller.rpartition(":")
+    if host != socket.gethostname():
+        return True  # cannot check another machine: assume it is alive
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,113 @@
+"""The queue of submitted studies, and the worker loop that runs them one at a time."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from lm_tuner.tuner.analysis.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
+from lm_tuner.tuner.run.controller import (
+    StudyConflict,
+    connect_ray,
+    controller_alive,
+    run_claimed_study,
+    this_controller,
+)
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.store.engine import ensure_schema, sessions
+from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
+
+log = logging.getLogger(__name__)
+
+
+def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = "api") -> None:
+    """Queue a study for a worker; a taken name is a StudyConflict."""
+    try:
+        with sessions(url).begin() as session:
+            session.add(StudyRecord(name=spec.name, status="queued", spec=spec.model_dump(mode="json"),
+                                    families=families_column(spec.families), document=document,
+                                    submitted_via=submitted_via))
+    except IntegrityError as error:
+        raise StudyConflict(f"name: a study named {spec.name!r} already exists; choose another name") from error
+
+
+def stored_spec(url: str, name: str) -> tuple[StudySpec, str] | None:
+    """The spec and the document of a study as it was submitted, or None if there is no such study."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+    return None if record is None else (StudySpec.model_validate(record.spec), record.document)
+
+
+def claim_next_study(url: str) -> StudySpec | None:
+    """Take the oldest queued study — or one whose controller on this machine died — for this process."""
+    with sessions(url)() as session:
+        candidates = session.scalars(
+            select(StudyRecord).where(StudyRecord.status.in_(("queued", "running"))).order_by(StudyRecord.created_at)
+        ).all()
+    for record in candidates:
+        if record.status == "running" and (record.controller is None or controller_alive(record.controller)):
+            continue
+        with sessions(url).begin() as session:
+            claimed = session.execute(
+                update(StudyRecord)
+                .where(StudyRecord.id == record.id, StudyRecord.status == record.status,
+                       StudyRecord.controller.is_not_distinct_from(record.controller))
+                .values(status="running", controller=this_controller(), started_at=record.started_at or utcnow())
+            ).rowcount
+        if claimed == 1:
+            return StudySpec.model_validate(record.spec)
+    return None
+
+
+def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
+               stop: threading.Event | None = None) -> int:
+    """Run queued studies, then queued sensitivity runs, until stopped (or, with `once`, until both queues are
+    empty); returns how many studies ran."""
+    ensure_schema(settings.storage_url)
+    stop = stop or threading.Event()
+    ran = 0
+    while not stop.is_set():
+        spec = claim_next_study(settings.storage_url)
+        if spec is None:
+            if run_sensitivity_requests(settings):
+                continue
+            if once:
+                break
+            stop.wait(poll_seconds)
+            continue
+        log.info("running study %s", spec.name)
+        try:
+            status = run_claimed_study(spec, settings)
+            log.info("study %s finished: %s", spec.name, status)
+        except KeyboardInterrupt:
+            requeue_study(settings.storage_url, spec.name)
+            log.info("study %s put back in the queue; a worker will continue it", spec.name)
+            raise
+        except Exception:  # recorded on the study by the controller; the worker keeps serving the queue
+            log.exception("study %s failed", spec.name)
+        ran += 1
+    return ran
+
+
+def run_sensitivity_requests(settings: Settings) -> int:
+    """Train the sensitivity runs requested over REST (queued as WAITING trials); returns how many ran."""
+    url = settings.storage_url
+    ran = 0
+    for name in studies_with_queued_sensitivity(url):
+        log.info("measuring sensitivity in study %s", name)
+        connect_ray(settings)
+        ran += run_queued_sensitivity(stored_spec(url, name)[0], settings)
+    return ran
+
+
+def requeue_study(url: str, name: str) -> None:
+    """Return a study interrupted by a stopping worker to the queue, so the next worker continues it.
+    A study that already finished (the stop came while its controller was tidying up) stays finished."""
+    with sessions(url).begin() as session:
+        session.execute(update(StudyRecord).where(StudyRecord.name == name, StudyRecord.status == "running")
+                        .values(status="queued", controller=None, finished_at=None,
+                                error="interrupted when its worker stopped; queued to continue"))

@@ -1,0 +1,63 @@
+"""A Ray Tune callback, in the controller process, that writes what trials report to the database.
+
+Optuna's tables get states and values from the searcher; this adds the learning curve (one row per
+turn), the best checkpoint of each trial and the reason a trial failed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+from sqlalchemy import delete
+
+from lm_tuner.tuner.run.reporting import FAILED
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import CheckpointRecord, TrialRecord, TurnRecord
+
+TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
+               "process_seconds", "averaging_length", "learning_rate", "epochs")
+
+
+class StudyRecorder(Callback):
+    def __init__(self, storage_url: str) -> None:
+        self._url = storage_url  # Ray pickles callbacks: keep a URL, not an engine
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if FAILED in result or "train_loss" not in result:
+            return  # a failure (the searcher records it) or a stage-2 result, which has no learning curve
+        trial_id = trial.config["optuna_trial_id"]
+        with sessions(self._url).begin() as session:
+            # A trial retried from a checkpoint reports its turns again: the latest report wins.
+            session.execute(delete(TurnRecord).where(TurnRecord.trial_id == trial_id,
+                                                     TurnRecord.turn == result["turn"]))
+            session.add(TurnRecord(trial_id=trial_id, **{name: result[name] for name in TURN_FIELDS}))
+            record = session.get(TrialRecord, trial_id)
+            if record is not None:
+                record.turns_reported, record.wall_seconds = result["turn"], result["wall_seconds"]
+            if "checkpoint_path" in result:
+                session.merge(CheckpointRecord(
+                    trial_id=trial_id,
+                    path=result["checkpoint_path"],
+                    size_bytes=result["checkpoint_bytes"],
+                    sha256=result["checkpoint_sha256"],
+                    val_loss=result["val_loss"],
+                    turn=result["turn"],
+                ))
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        with sessions(self._url).begin() as session:
+            record = session.get(TrialRecord, trial.config["optuna_trial_id"])
+            if record is not None:
+                record.fail_reason = failure_reason(trial) or record.fail_reason or "failed without an error message"
+
+
+def failure_reason(trial: Any) -> str | None:
+    """The last line of the trial's traceback, e.g. 'TrainingDiverged: training diverged at ...'."""
+    # Ray writes the error to the trial's local staging folder at once; get_error() reads the
+    # synced copy, which may not exist yet when this callback runs.
+    path = Path(trial.error_file) if trial.error_file else None
+    text = path.read_text() if path is not None and path.is_file() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None

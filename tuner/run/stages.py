@@ -1,0 +1,179 @@
+"""After tuning: reruns with new seeds, the test protocol on the final checkpoints, and stage 2.
+
+Every step is idempotent: it looks at what the database already holds and does only what is
+missing, so a resumed study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+import ray
+from optuna.trial import TrialState
+from ray import tune
+from sqlalchemy import select
+
+from lm_tuner.tuner.run.evaluation_jobs import run_dynamic_evaluation_trial, run_dynamic_test, run_test_protocol
+from lm_tuner.tuner.run.experiment import Experiment, run_experiment
+from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
+from lm_tuner.tuner.run.strategies import make_sampler
+from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.store.engine import optuna_storage, sessions
+from lm_tuner.tuner.store.ledger import settled_trials
+from lm_tuner.tuner.store.schema import EvaluationRecord, TrialRecord
+
+FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
+
+
+def top_trials(url: str, study: str, family: str, stage: str, count: int) -> list[TrialRecord]:
+    """The best complete trials of one family and stage, by validation loss."""
+    with sessions(url)() as session:
+        return list(session.scalars(
+            select(TrialRecord).where(TrialRecord.study_name == study, TrialRecord.family == family,
+                                      TrialRecord.stage == stage, TrialRecord.state == "COMPLETE")
+            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(count)))
+
+
+def run_reruns(spec: StudySpec, family: str, vocab_size: int, settings: Settings,
+               callbacks: Sequence[tune.Callback]) -> None:
+    """Train each of the family's best configurations again with `reruns.seeds` new seeds."""
+    url = settings.storage_url
+    wanted = [(parent.trial_id, rerun_seed(spec, parent.number, repeat))
+              for parent in top_trials(url, spec.name, family, "tune", spec.reruns.top)
+              for repeat in range(spec.reruns.seeds)]
+    with sessions(url)() as session:
+        settled = {(r.parent_trial_id, r.seed) for r in session.scalars(select(TrialRecord).where(
+            TrialRecord.study_name == spec.name, TrialRecord.family == family, TrialRecord.stage == "rerun",
+            TrialRecord.state.in_(FINAL_STATES), TrialRecord.interrupted.is_(False)))}
+    optuna_name = optuna_study_name(spec.name, family, "reruns")
+    storage = optuna_storage(url)
+    study = optuna.create_study(study_name=optuna_name, storage=storage, direction="minimize", load_if_exists=True)
+    waiting = {(t.user_attrs[PARENT], t.user_attrs[SEED])
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for parent_id, seed in wanted:
+        if (parent_id, seed) not in settled | waiting:
+            study.enqueue_trial(storage.get_trial(parent_id).params, user_attrs={PARENT: parent_id, SEED: seed})
+    pending = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    if pending:
+        run_experiment(Experiment(
+            study=spec.name, family=family, optuna_name=optuna_name, trials=pending,
+            space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
+            trainable=run_trial, job=_training_job(spec, settings),
+            registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun"),
+            resources=_resources(spec), concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
+        ), settings, callbacks)
+
+
+def final_trials(url: str, spec: StudySpec, family: str) -> list[TrialRecord]:
+    """The trials whose checkpoints the comparison is made on: the reruns, else the best tuning trial."""
+    if spec.reruns is not None:
+        with sessions(url)() as session:
+            return list(session.scalars(select(TrialRecord).where(
+                TrialRecord.study_name == spec.name, TrialRecord.family == family, TrialRecord.stage == "rerun",
+                TrialRecord.state == "COMPLETE").order_by(TrialRecord.value)))
+    return top_trials(url, spec.name, family, "tune", 1)
+
+
+def run_test_protocols(spec: StudySpec, settings: Settings) -> None:
+    """Deterministic (and Monte-Carlo) validation and test losses of every final checkpoint, in parallel."""
+    url = settings.storage_url
+    targets = [trial for family in spec.families for trial in final_trials(url, spec, family)]
+    if spec.reruns is not None:  # the single best tuning run is reported too
+        targets += [best for family in spec.families for best in top_trials(url, spec.name, family, "tune", 1)]
+    with sessions(url)() as session:
+        done = set(session.scalars(select(EvaluationRecord.trial_id).where(
+            EvaluationRecord.kind == "deterministic")))
+    pending = {trial.trial_id: trial for trial in targets if trial.trial_id not in done}
+    if not pending:
+        return
+    task = ray.remote(run_test_protocol).options(**_task_resources(spec))
+    futures = {trial_id: task.remote(spec.model_dump(mode="json"), str(_checkpoint(settings, spec, trial)),
+                                     int(spec.resources.cpus_per_trial))
+               for trial_id, trial in pending.items()}
+    settings_used = spec.evaluation.model_dump()
+    for trial_id, future in futures.items():
+        result = ray.get(future)
+        records = [EvaluationRecord(trial_id=trial_id, kind="deterministic", valid_loss=result["valid"],
+                                    test_loss=result["test"], logit_scale=result["logit_scale"],
+                                    settings=settings_used)]
+        if result["mc_valid"] is not None:
+            records.append(EvaluationRecord(trial_id=trial_id, kind="mc", valid_loss=result["mc_valid"],
+                                            test_loss=result["mc_test"], logit_scale=result["logit_scale"],
+                                            settings=settings_used))
+        with sessions(url).begin() as session:
+            session.add_all(records)
+
+
+def run_stage_two(spec: StudySpec, family: str, settings: Settings, callbacks: Sequence[tune.Callback]) -> None:
+    """For each of the family's best final checkpoints: a dynamic-evaluation study on validation,
+    then its best settings evaluated on validation and test."""
+    url = settings.storage_url
+    stage = spec.dynamic_evaluation
+    for parent in final_trials(url, spec, family)[:stage.top]:
+        logit_scale = _evaluation(url, parent.trial_id, "deterministic").logit_scale
+        checkpoint = str(_checkpoint(settings, spec, parent))
+        optuna_name = optuna_study_name(spec.name, family, "dyneval", str(parent.trial_id))
+        remaining = stage.trials - settled_trials(url, optuna_name)
+        if remaining > 0:
+            run_experiment(Experiment(
+                study=spec.name, family=family, optuna_name=optuna_name, trials=remaining,
+                space=dynamic_evaluation_distributions(stage),
+                sampler=make_sampler(stage.sampler, spec.tuning.seed, stage.startup_trials),
+                trainable=run_dynamic_evaluation_trial,
+                job={"spec": spec.model_dump(mode="json"), "checkpoint": checkpoint, "logit_scale": logit_scale},
+                registrar=DynamicEvaluationRegistrar(spec.name, family, parent.trial_id, url),
+                resources=_resources(spec), concurrency=spec.tuning.concurrency,
+                max_retries=spec.tuning.max_retries,
+            ), settings, callbacks)
+        if _evaluation(url, parent.trial_id, "dynamic") is None:
+            _evaluate_dynamically(spec, parent, optuna_name, checkpoint, logit_scale, url)
+
+
+def _evaluate_dynamically(spec: StudySpec, parent: TrialRecord, optuna_name: str, checkpoint: str,
+                          logit_scale: float, url: str) -> None:
+    try:
+        best = optuna.load_study(study_name=optuna_name, storage=optuna_storage(url)).best_trial
+    except ValueError:  # no stage-2 trial completed: nothing to evaluate with
+        return
+    task = ray.remote(run_dynamic_test).options(**_task_resources(spec))
+    losses = ray.get(task.remote(spec.model_dump(mode="json"), checkpoint, best.params, logit_scale,
+                                 int(spec.resources.cpus_per_trial)))
+    settings_used = {"dynamic_evaluation": best.params, **spec.evaluation.model_dump()}
+    records = [EvaluationRecord(trial_id=parent.trial_id, kind="dynamic", valid_loss=losses["valid"],
+                                test_loss=losses["test"], logit_scale=logit_scale, settings=settings_used,
+                                dyneval_trial_id=best._trial_id)]
+    if "mc_valid" in losses:
+        records.append(EvaluationRecord(trial_id=parent.trial_id, kind="dynamic_mc", valid_loss=losses["mc_valid"],
+                                        test_loss=losses["mc_test"], logit_scale=logit_scale,
+                                        settings=settings_used, dyneval_trial_id=best._trial_id))
+    with sessions(url).begin() as session:
+        session.add_all(records)
+
+
+def _evaluation(url: str, trial_id: int, kind: str) -> EvaluationRecord | None:
+    with sessions(url)() as session:
+        return session.scalar(select(EvaluationRecord).where(EvaluationRecord.trial_id == trial_id,
+                                                              EvaluationRecord.kind == kind))
+
+
+def _checkpoint(settings: Settings, spec: StudySpec, trial: TrialRecord) -> Path:
+    return settings.artifact_root / checkpoint_relative_path(spec.name, trial.family, trial.number,
+                                                             stage=trial.stage)
+
+
+def _training_job(spec: StudySpec, settings: Settings) -> dict[str, Any]:
+    return {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
+
+
+def _resources(spec: StudySpec) -> dict[str, float]:
+    return {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+
+
+def _task_resources(spec: StudySpec) -> dict[str, float]:
+    return {"num_cpus": spec.resources.cpus_per_trial, "num_gpus": spec.resources.gpus_per_trial}

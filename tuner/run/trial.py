@@ -1,0 +1,84 @@
+"""One trial as a Ray Tune function trainable: train a sampled configuration, report every turn."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray import tune
+
+from lm_tuner.trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
+from lm_tuner.trainers.heap import keep_freed_memory
+from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.space import TrialSetup, trial_setup
+
+
+def checkpoint_relative_path(study: str, family: str, number: int, kind: str = "best", stage: str = "tune") -> str:
+    """Where a trial's checkpoints live inside the artifact store: `best` (its result) and `latest`
+    (the full training state after its last turn, from which a restarted trial resumes). Reruns are
+    numbered in their own Optuna study, so they live in a folder of their own."""
+    folder = f"{study}/{family}" if stage == "tune" else f"{study}/{family}/{stage}"
+    return f"{folder}/trial-{number:05d}/{kind}.pt"
+
+
+def configure_torch(spec: StudySpec, threads: float) -> None:
+    """This process's torch threads, float32 matrix-multiply precision and malloc policy, for a job of `spec`."""
+    keep_freed_memory()
+    torch.set_num_threads(max(1, int(threads)))
+    torch.set_float32_matmul_precision(spec.resources.float32_matmul_precision)
+
+
+def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
+    """Ray Tune entry point.
+
+    `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id",
+    "seed", "stage"};
+    `job` is fixed for the whole family study: the spec and the artifact root.
+    """
+    spec = StudySpec.model_validate(job["spec"])
+    family, number = config["family"], config["number"]
+    configure_torch(spec, spec.resources.cpus_per_trial)
+    corpus = load_corpus(spec.dataset)
+    try:
+        setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
+        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, Path(job["artifact_root"]))
+    except (TrainingDiverged, ValueError) as error:
+        # The configuration itself cannot be trained: report the reason instead of raising, so Ray
+        # does not retry on another worker what no retry can fix (retries are for lost workers).
+        # Ray requires the metric in every result: +inf (worst) keeps schedulers' rungs honest, and the
+        # searcher never tells Optuna a number for a failed trial.
+        tune.report({FAILED: f"{type(error).__name__}: {error}", OBJECTIVE: math.inf, TURN: 0})
+
+
+def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSetup, corpus: Corpus,
+           artifact_root: Path) -> None:
+    relative = checkpoint_relative_path(spec.name, family, number, stage=stage)
+    checkpoint = artifact_root / relative
+    latest = artifact_root / checkpoint_relative_path(spec.name, family, number, "latest", stage)
+
+    def report(turn: TurnReport) -> None:
+        metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}
+        if turn.improved:
+            metrics |= {
+                "checkpoint_path": relative,
+                "checkpoint_sha256": sha256_of(checkpoint),
+                "checkpoint_bytes": checkpoint.stat().st_size,
+            }
+        tune.report(metrics)
+
+    train(
+        setup.model,
+        setup.training,
+        corpus,
+        checkpoint_path=checkpoint,
+        latest_checkpoint_path=latest,
+        # A trial restarted after its worker or node died continues where its last turn left it.
+        resume_from=latest if latest.is_file() else None,
+        metadata={"study": spec.name, "family": family, "trial_number": number,
+                  "dataset": spec.dataset.model_dump(mode="json")},
+        on_turn=report,
+    )

@@ -1,0 +1,180 @@
+"""The study specification: the one document (YAML or JSON) that describes a study, as typed objects.
+
+`lm_tuner.tuner.spec.validation.parse_spec` builds a `StudySpec` from text; everything downstream receives the
+validated object."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic_core import PydanticCustomError
+
+from lm_tuner.trainers import DatasetConfig, Schedule
+from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+
+Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
+MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+"""Every integer of a spec fits the database's 32-bit Integer columns (seeds, counts, budgets, sizes)."""
+MAX_TUNING_SEED = 2**30
+"""Trial seeds add the trial number to the tuning seed, and rerun seeds 1,000,000 per repeat (tuner.space): at most
+1,000,000 trials and 1,000 reruns keep every derived seed below 2**31."""
+
+
+def _hyperparameter_value(value: Any) -> bool | int | float:
+    """The value as given: a union would try each member in turn, and report three errors for one value."""
+    if isinstance(value, bool | int | float):
+        return value
+    raise PydanticCustomError("hyperparameter_value", "must be a number or true/false")
+
+
+HyperparameterValue = Annotated[bool | int | float,
+                                PlainValidator(_hyperparameter_value, json_schema_input_type=bool | int | float)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SearchRange(_Strict):
+    """The range of one searched hyperparameter: `low`/`high` (optionally `log`), or `choices`."""
+
+    low: float | None = Field(None, description="lower bound, included")
+    high: float | None = Field(None, description="upper bound, included")
+    log: bool = Field(False, description="sample uniformly in log space (needs low > 0)")
+    choices: list[HyperparameterValue] | None = Field(None, description="the values to choose from")
+    families: list[Family] | None = Field(None, description="search it only for these families")
+
+
+class Tuning(_Strict):
+    sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
+    trials: int = Field(..., ge=1, le=1_000_000, description="trials per model family")
+    startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
+    concurrency: int = Field(1, ge=1, description="trials running at once")
+    seed: int = Field(0, ge=0, le=MAX_TUNING_SEED, description="seeds the sampler; trial k trains with seed + k")
+    max_retries: int = Field(2, ge=0, description="restarts of a trial whose worker process or node died")
+    initial_points: list[dict[str, HyperparameterValue]] = Field(
+        default_factory=list, description="configurations tried first, in order (each family takes the "
+                                          "hyperparameters it searches; the rest are sampled)")
+
+
+class EarlyStopping(_Strict):
+    """Stopping unpromising trials early; a stopped trial is recorded as PRUNED, never COMPLETE."""
+
+    method: Literal["none", "asha", "median"] = Field("none", description="asha: asynchronous successive "
+                                                      "halving; median: stop below the running median")
+    grace_turns: int = Field(1, ge=1, description="no trial is stopped before this many turns")
+    reduction_factor: float = Field(3.0, gt=1, description="asha: keep 1 in this many trials at each rung")
+    min_samples: int = Field(3, ge=1, description="median: trials needed before comparing to the median")
+
+
+DYNAMIC_EVALUATION_KINDS = {"max_time_steps": "int", "learning_rate": "float", "decay": "float", "epsilon": "float"}
+
+
+class Reruns(_Strict):
+    """The best configurations trained again with new seeds: families are compared on the means."""
+
+    top: int = Field(1, ge=1, description="best configurations of each family to train again")
+    seeds: int = Field(3, ge=1, le=1000, description="new seeds for each of them")
+
+
+class Evaluation(_Strict):
+    """The test protocol on the final checkpoints: batch size 1, each split one continuous stream."""
+
+    bptt: int = Field(70, ge=1, description="window length (the state is carried across windows)")
+    temperature: bool = Field(True, description="choose the softmax temperature on validation first")
+    mc_samples: int = Field(0, ge=0, description="Monte-Carlo dropout passes (0: off; the paper used 200)")
+    mc_multiplier: float = Field(0.8, ge=0, le=1, description="dropout rates are multiplied by this under MC")
+
+
+def _dynamic_evaluation_ranges() -> dict[str, SearchRange]:
+    """Table 2.6 of the thesis (word level; give max_time_steps up to 50 for characters)."""
+    return {"max_time_steps": SearchRange(low=1, high=20),
+            "learning_rate": SearchRange(low=1e-6, high=1e-3, log=True),
+            "decay": SearchRange(low=1e-6, high=1e-2, log=True),
+            "epsilon": SearchRange(low=1e-8, high=1e-2, log=True)}
+
+
+class DynamicEvaluationStage(_Strict):
+    """Stage 2: dynamic evaluation tuned on validation for the best checkpoints of each family."""
+
+    top: int = Field(1, ge=1, description="best checkpoints of each family to tune it for")
+    trials: int = Field(20, ge=1, description="trials per checkpoint")
+    sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
+    startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
+    search_space: dict[str, SearchRange] = Field(default_factory=_dynamic_evaluation_ranges,
+                                                 description="max_time_steps, learning_rate, decay, epsilon")
+    rms_batch_size: int = Field(1024, ge=1, description="batch of the training windows for the RMS statistics")
+    rms_windows: int | None = Field(None, ge=1, description="training windows for the RMS statistics (all if unset)")
+
+
+class Resources(_Strict):
+    cpus_per_trial: float = Field(1.0, gt=0, description="CPU cores per trial (also its torch threads)")
+    gpus_per_trial: float = Field(0.0, ge=0, description="GPUs per trial; 0.5 runs two trials on one GPU")
+    float32_matmul_precision: Literal["highest", "high"] = Field(
+        "highest", description="'high' lets float32 matrix multiplies on GPUs round their operands to TF32 "
+                               "(as cuDNN's LSTM does by default): faster, about 1e-3 relative error; CPUs ignore it")
+
+
+class StudySpec(_Strict):
+    name: str = Field(..., pattern=NAME_PATTERN, description="unique study name")
+    description: str = Field("", description="free text shown with the study")
+    dataset: DatasetConfig = Field(..., description="the corpus; see its section")
+    families: list[Family] = Field(..., min_length=1, description="model families compared at one budget")
+    parameter_budget: int = Field(..., ge=1, description="trainable parameters of every model")
+    training: Schedule = Field(Schedule(), description="the training schedule; see its section")
+    fixed: dict[str, HyperparameterValue] = Field(default_factory=dict, description="hyperparameters held fixed")
+    search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
+    tuning: Tuning = Field(..., description="sampler, trials and concurrency; see its section")
+    early_stopping: EarlyStopping = Field(EarlyStopping(), description="see its section")
+    reruns: Reruns | None = Field(None, description="train the best configurations again with new seeds")
+    evaluation: Evaluation | None = Field(None, description="the test protocol on the final checkpoints")
+    dynamic_evaluation: DynamicEvaluationStage | None = Field(None, description="stage 2; needs evaluation")
+    resources: Resources = Field(Resources(), description="see its section")
+
+    @field_validator("families")
+    @classmethod
+    def _unique_families(cls, families: list[str]) -> list[str]:
+        duplicates = sorted(family for family, count in Counter(families).items() if count > 1)
+        if duplicates:
+            raise ValueError(f"families listed twice: {', '.join(duplicates)}")
+        return families
+
+    def searched_for(self, family: str) -> dict[str, SearchRange]:
+        """The search space of one family's study (unknown names, refused by parse_spec, are not in it)."""
+        return {
+            name: space for name, space in self.search_space.items()
+            if name in HYPERPARAMETERS and family in HYPERPARAMETERS[name].families
+            and (space.families is None or family in space.families)
+        }
+
+    def planned_turns(self) -> int | None:
+        """Turns each trial runs where the schedule fixes them; None when an epoch or time budget ends it."""
+        schedule = self.training
+        if schedule.budget_steps is not None:
+            return -(-schedule.budget_steps // schedule.steps_per_turn)
+        if schedule.budget_epochs is not None or schedule.budget_seconds is not None:
+            return None
+        return schedule.turns
+
+    @property
+    def character_level(self) -> bool:
+        """Character-level tasks report bits per character instead of perplexity."""
+        return is_character_level(self.dataset.model_dump(mode="json"))
+
+    def fixed_for(self, family: str) -> dict[str, bool | int | float]:
+        return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
+
+
+def is_character_level(dataset: dict[str, Any]) -> bool:
+    """Whether a dataset section (as stored with a study) names a character-level corpus."""
+    return (dataset.get("name") or dataset.get("format")) in CHARACTER_LEVEL_CORPORA
+
+
+def spec_to_yaml(spec: StudySpec) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=False), sort_keys=False)

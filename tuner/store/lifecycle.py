@@ -1,0 +1,83 @@
+"""Changing a study's life: cancel it, delete it with its artifacts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import optuna
+from sqlalchemy import delete, exists, select
+
+from lm_tuner.tuner.spec.space import optuna_study_name
+from lm_tuner.tuner.store.engine import optuna_storage, sessions
+from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialCountRecord, TrialRecord, TurnRecord, utcnow
+
+CANCELLED_REASON = "cancelled by the user"
+
+
+class StudyStateError(RuntimeError):
+    """The study is in a state that does not allow the requested change."""
+
+
+def cancel_study(url: str, name: str) -> str:
+    """Stop a study: a queued one at once, a running one as soon as its controller notices (seconds).
+
+    Returns the new status. Raises KeyError for an unknown study and StudyStateError for one that
+    has already ended.
+    """
+    with sessions(url).begin() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name).with_for_update())
+        if record is None:
+            raise KeyError(name)
+        if record.status == "queued":
+            record.status, record.finished_at, record.error = "cancelled", utcnow(), CANCELLED_REASON
+        elif record.status == "running":
+            record.status = "cancelling"
+        elif record.status != "cancelling":
+            raise StudyStateError(f"study {name!r} is {record.status}; only queued or running studies can be "
+                                  f"cancelled")
+        return record.status
+
+
+def cancel_requested(url: str, name: str) -> bool:
+    with sessions(url)() as session:
+        return session.scalar(select(StudyRecord.status).where(StudyRecord.name == name)) == "cancelling"
+
+
+def delete_study(url: str, name: str, artifact_root: Path) -> None:
+    """Remove a study, its trials (Optuna's and ours), learning curves, checkpoints and artifact folder."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+    if record is None:
+        raise KeyError(name)
+    if record.status in ("running", "cancelling"):
+        raise StudyStateError(f"study {name!r} is {record.status}; cancel it and wait until it has stopped")
+    storage = optuna_storage(url)
+    for family in record.spec["families"]:
+        try:
+            optuna.delete_study(study_name=optuna_study_name(name, family), storage=storage)
+        except KeyError:
+            pass  # this family never started
+    with sessions(url).begin() as session:
+        trial_ids = select(TrialRecord.trial_id).where(TrialRecord.study_name == name)
+        session.execute(delete(TurnRecord).where(TurnRecord.trial_id.in_(trial_ids)))
+        session.execute(delete(CheckpointRecord).where(CheckpointRecord.trial_id.in_(trial_ids)))
+        session.execute(delete(TrialRecord).where(TrialRecord.study_name == name))
+        session.execute(delete(TrialCountRecord).where(TrialCountRecord.study_name == name))  # zeros by now
+        session.execute(delete(StudyRecord).where(StudyRecord.name == name))
+    folder = (artifact_root / name).resolve()
+    if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: Path) -> bool:
+    """Delete study `name` if it ended (failed or cancelled) before any trial ran and `spec` differs from its
+    own, so that a corrected spec can be launched under the same name. Returns whether it did."""
+    with sessions(url)() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
+        if record is None or record.status not in ("failed", "cancelled") or record.spec == spec:
+            return False
+        if session.scalar(select(exists().where(TrialRecord.study_name == name))):
+            return False
+    delete_study(url, name, artifact_root)
+    return True
