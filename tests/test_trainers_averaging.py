@@ -9,12 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm_tuner.trainers.averaging import (
-    TriggeredAveraging,
-    TwoTailedAveraging,
-    non_monotone_trigger,
-    tail_trigger,
-)
+from lm_tuner.trainers.triggered_averaging import TriggeredAveraging, non_monotone_trigger, tail_trigger
+from lm_tuner.trainers.two_tailed_averaging import TwoTailedAveraging
 
 
 class Iterates:

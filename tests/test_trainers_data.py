@@ -21,17 +21,10 @@ from lm_tuner.trainers import (
     load_corpus,
 )
 from lm_tuner.trainers.batching import TrainingStream, batchify, windows
+from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums
 from lm_tuner.trainers.datasets import FormatName, RegisteredName, local_corpus
 from lm_tuner.trainers.files import sha256_of
-from lm_tuner.trainers.registry import (
-    CHECKSUMS,
-    LAYOUTS,
-    REGISTRY,
-    Layout,
-    RegisteredDataset,
-    fetch_dataset,
-    read_checksums,
-)
+from lm_tuner.trainers.registry import LAYOUTS, REGISTRY, Layout, RegisteredDataset, fetch_dataset
 from lm_tuner.trainers.text import TextSource, read_corpus
 
 SHARED_PTB = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "ptb"
@@ -220,7 +213,7 @@ def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch
     from typer.testing import CliRunner
 
     from lm_tuner.trainers import registry
-    from lm_tuner.tuner.cli import app
+    from lm_tuner.tuner.cli.app import app
 
     files = {"ptb.train.txt": b"a b\n", "ptb.valid.txt": b"a\n", "ptb.test.txt": b"b\n"}
     archive = make_archive(tmp_path / "examples.tgz", {f"data/{n}": d for n, d in files.items()})

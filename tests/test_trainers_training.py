@@ -25,7 +25,7 @@ from lm_tuner.trainers import (
     load_corpus,
     train,
 )
-from lm_tuner.trainers import training as training_module
+from lm_tuner.trainers import training_run as training_module
 from lm_tuner.trainers.objective import average_over_samples, multi_sample_nll
 
 CPU = torch.device("cpu")

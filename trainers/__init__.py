@@ -27,16 +27,9 @@ from lm_tuner.trainers.evaluation import (
 )
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
 from lm_tuner.trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
-from lm_tuner.trainers.training import (
-    Schedule,
-    TrainingConfig,
-    TrainingDiverged,
-    TrainingResult,
-    TurnCallback,
-    TurnReport,
-    default_device,
-    train,
-)
+from lm_tuner.trainers.training import TrainingDiverged, default_device, train
+from lm_tuner.trainers.training_config import Schedule, TrainingConfig
+from lm_tuner.trainers.training_reports import TrainingResult, TurnCallback, TurnReport
 
 __all__ = [
     "EOS",

@@ -17,9 +17,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
+from lm_tuner.trainers.checksums import CHECKSUMS, verify_checksums
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
-from lm_tuner.trainers.registry import CHECKSUMS, LAYOUTS, fetch_dataset, registered, verify_checksums
+from lm_tuner.trainers.registry import LAYOUTS, fetch_dataset, registered
 from lm_tuner.trainers.text import UnknownTokens, read_corpus
 
 RegisteredName = Literal["ptb", "ptb-char", "wikitext-2", "wikitext-103", "enwik8", "text8"]

@@ -23,7 +23,7 @@ from lm_tuner.trainers.checkpoint import load_checkpoint
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.objective import sample_rows, token_nll
 
-# Methodology section 4: s = 1.06, 1.04, ..., 0.80, stopping after 2 values without improvement.
+# docs/methodology.md, "Softmax temperature": s = 1.06, 1.04, ..., 0.80, stopping after 2 values without improvement.
 LOGIT_SCALES = tuple(round(1.06 - 0.02 * i, 2) for i in range(14))
 TEMPERATURE_PATIENCE = 2
 TEMPERATURE_TOKENS = 50_000

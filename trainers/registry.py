@@ -1,32 +1,25 @@
 """The dataset registry: where each public dataset comes from, how its files are laid out, and the
 local cache it is downloaded into.
 
-Checksums. A registered file's SHA-256 is pinned below only where this project computed it from the
-file itself (PTB word level, from the standard files). Every other download is checked on trust at
-first use: the digests of the archive and of the extracted files are recorded in the dataset's
-`SHA256SUMS` when it is fetched, and every later load verifies the files against that record.
-A folder given by `path:` is verified against its own `SHA256SUMS` when it has one.
+Downloaded files are verified by SHA-256 (pinned here where known, else trusted on first use and
+recorded in the dataset's SHA256SUMS; see `lm_tuner.trainers.checksums`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import tarfile
 import urllib.error
 import urllib.request
-import zipfile
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
+from lm_tuner.trainers.archives import extract_members
+from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums, verify_checksums, write_checksums
 from lm_tuner.trainers.files import sha256_of
 from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
 
 CACHE_VARIABLE = "LM_TUNER_DATA"
-CHECKSUMS = "SHA256SUMS"
 
 
 def default_cache_dir() -> Path:
@@ -153,49 +146,6 @@ def fetch_dataset(dataset: RegisteredDataset, cache_dir: Path | None = None) -> 
     return folder
 
 
-def verify_checksums(
-    folder: Path, names: Collection[str], *, pinned: dict[str, str], remedy: str, record: bool = True
-) -> None:
-    """Check the files `names` of `folder` against `pinned` digests, else against the folder's SHA256SUMS.
-
-    With `record`, files known to neither are recorded in SHA256SUMS now (trust on first use).
-    """
-    recorded = read_checksums(folder / CHECKSUMS)
-    for name in names:
-        expected, source = pinned.get(name), "pinned in the dataset registry"
-        if expected is None:
-            expected, source = recorded.get(name), f"recorded in {folder / CHECKSUMS}"
-        if expected is None:
-            continue
-        actual = sha256_of(folder / name)
-        if actual != expected:
-            raise ValueError(f"{folder / name}: SHA-256 is {actual}, expected {expected} ({source}); the file is "
-                             f"corrupt or a different version: {remedy}")
-    unrecorded = [name for name in names if name not in recorded]
-    if record and unrecorded:
-        write_checksums(folder / CHECKSUMS, recorded | {name: sha256_of(folder / name) for name in unrecorded})
-
-
-def read_checksums(path: Path) -> dict[str, str]:
-    """`sha256sum`-style lines: digest, two spaces, file name."""
-    if not path.is_file():
-        return {}
-    entries = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            digest, separator, name = line.partition("  ")
-            if not separator or len(digest) != 64:
-                raise ValueError(f"{path}:{number}: not a 'digest  name' line: {line!r}; fix or delete the file")
-            entries[name.lstrip("*")] = digest
-    return entries
-
-
-def write_checksums(path: Path, entries: dict[str, str]) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(entries.items())))
-    os.replace(temporary, path)
-
-
 def _download(dataset: RegisteredDataset, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / f".{dataset.archive_name}.{os.getpid()}"
@@ -210,44 +160,9 @@ def _download(dataset: RegisteredDataset, folder: Path) -> None:
             f"(or point a `path:` dataset at the extracted files)"
         ) from error
     try:
-        extracted = _extract(archive, dataset.members, folder)
+        extracted = extract_members(archive, dataset.members, folder)
         recorded = read_checksums(folder / CHECKSUMS)
         write_checksums(folder / CHECKSUMS, recorded | {dataset.archive_name: sha256_of(archive)} | extracted)
     finally:
         archive.unlink(missing_ok=True)
 
-
-def _extract(archive: Path, members: dict[str, str], folder: Path) -> dict[str, str]:
-    """Write each wanted member to its file name in `folder`; returns their SHA-256 digests."""
-    digests = {}
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as bundle:
-            available = {info.filename.removeprefix("./"): info for info in bundle.infolist()}
-            for name, member in members.items():
-                _require_member(archive, member, available)
-                with bundle.open(available[member]) as source:
-                    digests[name] = _write_atomically(source, folder / name)
-    else:
-        with tarfile.open(archive) as bundle:
-            available = {info.name.removeprefix("./"): info for info in bundle.getmembers() if info.isfile()}
-            for name, member in members.items():
-                _require_member(archive, member, available)
-                digests[name] = _write_atomically(bundle.extractfile(available[member]), folder / name)
-    return digests
-
-
-def _require_member(archive: Path, member: str, available: dict) -> None:
-    if member not in available:
-        raise ValueError(f"{archive.name}: the archive has no member {member!r}; it is not the expected archive "
-                         f"(members include {sorted(available)[:5]})")
-
-
-def _write_atomically(source: IO[bytes], target: Path) -> str:
-    temporary = target.with_name(f".{target.name}.{os.getpid()}")
-    digest = hashlib.sha256()
-    with temporary.open("wb") as handle:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-            handle.write(block)
-    os.replace(temporary, target)
-    return digest.hexdigest()

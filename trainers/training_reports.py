@@ -1,0 +1,42 @@
+"""What a training run reports: a `TurnReport` after every turn (handed to a `TurnCallback`) and the
+`TrainingResult` at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TurnReport:
+    turn: int
+    step: int
+    train_loss: float
+    val_loss: float
+    best_val_loss: float
+    improved: bool
+    tokens_per_second: float
+    wall_seconds: float
+    process_seconds: float = 0.0
+    """CPU time of the training process so far, all threads."""
+    averaging_length: int = 1
+    """Iterates averaged in the evaluated weights (1: the raw weights)."""
+    learning_rate: float | None = None
+    divergences: int = 0
+    """Restarts from the last good state so far."""
+    epochs: float = 0.0
+    """Passes over the training split so far."""
+    final: bool = False
+    """The budget is used up: this is the last turn."""
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    best_val_loss: float
+    best_turn: int
+    parameter_count: int
+    turns: list[TurnReport]
+
+
+TurnCallback = Callable[[TurnReport], None]

@@ -1,0 +1,193 @@
+"""One training run as a single state: the model, the optimiser, the averaging strategy, the token
+stream, the carried hidden state, the random generators and the counters. `TrainingRun` takes
+optimisation steps in turns, evaluates, measures the budget used, detects divergence (NaN or
+infinite losses) and recovers from it, and saves, restores and resumes exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lm_tuner.models import LanguageModel, ModelConfig, detach_state
+from lm_tuner.trainers.averaging import Evaluated, make_averaging
+from lm_tuner.trainers.batching import TrainingStream, batchify
+from lm_tuner.trainers.checkpoint import load_training_state
+from lm_tuner.trainers.corpus import Corpus
+from lm_tuner.trainers.evaluation import cross_entropy
+from lm_tuner.trainers.objective import multi_sample_nll
+from lm_tuner.trainers.stopwatch import Stopwatch
+from lm_tuner.trainers.training_config import TrainingConfig
+from lm_tuner.trainers.training_reports import TurnReport
+from lm_tuner.trainers.weight_swap import swapped_weights
+
+LEARNING_RATE_BACKOFF = 0.9
+"""Divergence recovery multiplies the learning rate by this (Melis thesis, section 4.4)."""
+
+
+class Diverged(Exception):
+    """A NaN or infinite loss or gradient norm (recovered from by `train` when retries are left)."""
+
+
+class TrainingRun:
+    """The model, the optimiser and everything else that changes while training, as one state that
+    can be saved, restored after a divergence, and resumed in another process."""
+
+    def __init__(self, model_config: ModelConfig, config: TrainingConfig, corpus: Corpus,
+                 device: torch.device) -> None:
+        schedule = config.schedule
+        self.model_config, self.config, self.schedule, self.corpus = model_config, config, schedule, corpus
+        self.device = device
+        torch.manual_seed(config.seed)
+        self.model = LanguageModel(model_config).to(device)
+        self.params = list(self.model.parameters())
+        self.optimizer = make_optimizer(schedule.optimizer, self.params, config.learning_rate)
+        self.stream = TrainingStream(batchify(corpus.train, schedule.batch_size).to(device), schedule.bptt,
+                                     variable_length=schedule.variable_bptt,
+                                     generator=torch.Generator().manual_seed(config.seed))
+        self.averaging = make_averaging(schedule.averaging, self.params)
+        self.rows = schedule.batch_size * schedule.dropout_samples  # every stream once per dropout sample
+        self.hidden = self.model.initial_state(self.rows)
+        self.step = self.turn = self.best_turn = self.divergences = 0
+        self.best_val_loss = math.inf
+        self.reports: list[TurnReport] = []
+        self.stopwatch = Stopwatch()
+
+    @property
+    def learning_rate(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def progress(self) -> float:
+        """The fraction of the budget used so far."""
+        schedule = self.schedule
+        if schedule.budget_seconds is not None:
+            seconds = self.stopwatch.wall() if schedule.clock == "wall" else self.stopwatch.process()
+            return seconds / schedule.budget_seconds
+        if schedule.budget_epochs is not None:
+            return self.stream.epochs / schedule.budget_epochs
+        steps = schedule.budget_steps or schedule.turns * schedule.steps_per_turn
+        return self.step / steps
+
+    def train_turn(self) -> tuple[float, float]:
+        """Steps until the turn (or the budget) ends: the mean training loss per token, and tokens per second."""
+        self.model.train()
+        started = time.perf_counter()
+        loss_sum, tokens = 0.0, 0
+        for _ in range(self.schedule.steps_per_turn):
+            inputs, targets, starts_pass = self.stream.next_window()
+            if starts_pass:
+                self.hidden = self.model.initial_state(self.rows)
+            loss_sum += self._step(inputs, targets) * targets.numel()
+            tokens += targets.numel()
+            if self.progress() >= 1:
+                break
+        self.turn += 1
+        return loss_sum / tokens, tokens / (time.perf_counter() - started)
+
+    def _step(self, inputs: Tensor, targets: Tensor) -> float:
+        self.step += 1
+        self.hidden = detach_state(self.hidden)
+        nll, self.hidden = multi_sample_nll(self.model, inputs, targets, self.hidden, self.schedule.dropout_samples)
+        loss = nll.sum(dim=0).mean()  # summed over the window, averaged over the batch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.l2_penalty > 0:
+            with torch.no_grad():  # the gradient of l2 * sum(theta^2) / 2, added before clipping
+                torch._foreach_add_([p.grad for p in self.params], self.params, alpha=self.config.l2_penalty)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.schedule.max_grad_norm).item()
+        token_loss = nll.detach().mean().item()
+        if not (math.isfinite(token_loss) and math.isfinite(norm)):
+            raise Diverged(f"at step {self.step} the training loss is {token_loss} and the gradient norm {norm}")
+        self.optimizer.step()
+        self.averaging.add(self.params)
+        return token_loss
+
+    def evaluate(self) -> Evaluated:
+        evaluated = self.averaging.evaluate(self.params, self._validation_loss, self.progress())
+        if not math.isfinite(evaluated.loss):
+            raise Diverged(f"after step {self.step} the validation loss is {evaluated.loss}")
+        return evaluated
+
+    def _validation_loss(self, weights: Sequence[Tensor]) -> float:
+        with swapped_weights(self.model, weights):
+            return cross_entropy(self.model, self.corpus.valid, self.schedule.eval_batch_size, self.schedule.bptt)
+
+    def recover(self, good_state: dict[str, Any]) -> None:
+        """Back to `good_state` (time keeps running), with the learning rate x0.9."""
+        divergences = self.divergences + 1
+        self.load_state_dict(good_state)
+        self.divergences = divergences
+        for group in self.optimizer.param_groups:
+            group["lr"] *= LEARNING_RATE_BACKOFF
+
+    def resume(self, path: Path) -> None:
+        state, _ = load_training_state(path)
+        differences = _differences(
+            {"model": self.model_config.to_dict(), "training": self.config.model_dump()},
+            {"model": state["model_config"], "training": state["training"]},
+        )
+        if differences:
+            raise ValueError(f"resume_from: {path} is a run with another configuration ({'; '.join(differences)}); "
+                             f"resume it with its own configuration or start a new run")
+        self.load_state_dict(state)
+        self.divergences = state["divergences"]
+        self.stopwatch.load_state_dict(state["stopwatch"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model_config": self.model_config.to_dict(),
+            "training": self.config.model_dump(),
+            "weights": {name: tensor.clone() for name, tensor in self.model.state_dict().items()},
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "averaging": self.averaging.state_dict(),
+            "stream": self.stream.state_dict(),
+            "hidden": [tuple(tensor.clone() for tensor in layer) for layer in self.hidden],
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "step": self.step,
+            "turn": self.turn,
+            "best_val_loss": self.best_val_loss,
+            "best_turn": self.best_turn,
+            "reports": [asdict(report) for report in self.reports],
+            "divergences": self.divergences,
+            "stopwatch": self.stopwatch.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Everything that decides the numbers of the rest of the run (not the clocks, not the divergence count)."""
+        self.model.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # the optimiser would share its tensors
+        self.averaging.load_state_dict(state["averaging"])
+        self.stream.load_state_dict(state["stream"])
+        self.hidden = [tuple(tensor.to(self.device, copy=True) for tensor in layer) for layer in state["hidden"]]
+        torch.set_rng_state(state["rng"])
+        if state["cuda_rng"] is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.step, self.turn = state["step"], state["turn"]
+        self.best_val_loss, self.best_turn = state["best_val_loss"], state["best_turn"]
+        self.reports = [TurnReport(**report) for report in state["reports"]]
+
+
+def make_optimizer(name: str, params: Sequence[Tensor], learning_rate: float) -> torch.optim.Optimizer:
+    """Adam or RAdam with beta1 = 0 (RMSProp-like, as in Melis et al.), beta2 = 0.999, epsilon = 1e-8."""
+    optimizer = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}[name]
+    return optimizer(params, lr=learning_rate, betas=(0.0, 0.999), eps=1e-8)
+
+
+def _differences(expected: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:
+    differences = []
+    for key in sorted(set(expected) | set(found)):
+        mine, theirs = expected.get(key), found.get(key)
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            differences += _differences(mine, theirs, f"{prefix}{key}.")
+        elif mine != theirs:
+            differences.append(f"{prefix}{key}: {theirs!r} there, {mine!r} here")
+    return differences
