@@ -10,12 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from lm_tuner.api import pages, plots, routes, sensitivity, sign_in
+from lm_tuner.api import pages, plots, routes, sensitivity, sign_in, spaces, submission, trials
 from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
-from lm_tuner.tuner.db import ensure_schema
 from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.store.engine import ensure_schema
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -30,6 +30,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.add_middleware(RefuseControlCharacters)  # %00 and friends: 400 before any route or query
     app.include_router(routes.router)
+    app.include_router(submission.router)
+    app.include_router(trials.router)
+    app.include_router(spaces.router)
     app.include_router(plots.router)
     app.include_router(sensitivity.router)
     app.include_router(pages.router)

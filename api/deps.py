@@ -8,9 +8,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from lm_tuner.tuner.results import StudyView, get_study, study_exists
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.tokens import auth_enabled, token_is_valid
+from lm_tuner.tuner.store.studies import get_study, study_exists
+from lm_tuner.tuner.store.tokens import auth_enabled, token_is_valid
+from lm_tuner.tuner.store.views import StudyView
 
 SESSION_COOKIE = "lmt_token"  # the dashboard's sign-in: the token in an HttpOnly, SameSite=Strict cookie
 _bearer = HTTPBearer(auto_error=False, description="a token from `tuner token create NAME`")

@@ -13,16 +13,19 @@ from optuna.distributions import CategoricalDistribution
 
 from lm_tuner.api.deps import Reader, SettingsDep, study_or_404
 from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
-from lm_tuner.api.schemas import StudyOut, TrialOut
 from lm_tuner.dashboards import render, static_path
-from lm_tuner.tuner.analysis import EVALUATORS, Unit, study_unit, trial_evaluations, unit_of
-from lm_tuner.tuner.comparison import comparison
-from lm_tuner.tuner.db import STUDY_STATUSES
-from lm_tuner.tuner.results import TRIAL_STATES, StudyView, get_trial, list_studies, study_families, study_trials
-from lm_tuner.tuner.sensitivity import measured_effect, pending_runs, sensitivity_runs
+from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
+from lm_tuner.tuner.run.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.space import distributions
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.space import distributions
+from lm_tuner.tuner.spec.units import Unit, unit_of
+from lm_tuner.tuner.store.documents import StudyOut, TrialOut
+from lm_tuner.tuner.store.schema import STUDY_STATUSES
+from lm_tuner.tuner.store.studies import list_studies, study_families
+from lm_tuner.tuner.store.trials import get_trial, study_trials
+from lm_tuner.tuner.store.views import TRIAL_STATES, StudyView
 
 router = APIRouter(include_in_schema=False)
 

@@ -22,7 +22,7 @@ from lm_tuner.dashboards import (
     neighbourhood,
     parallel_figure,
 )
-from lm_tuner.tuner.analysis import (
+from lm_tuner.tuner.analysis.study_frames import (
     MAX_CURVES,
     Evaluator,
     best_trial_ids,

@@ -1,52 +1,33 @@
-"""REST endpoints: studies (submit, list, detail, cancel, delete), trials, Pareto, checkpoints."""
+"""REST endpoints of studies: list, detail, cancel, delete, their trials, Pareto front and comparison."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response, status
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
-from lm_tuner.api.params import Limit, Offset, StudyName, TrialId, text_query
+from lm_tuner.api.params import Limit, Offset, StudyName, text_query
 from lm_tuner.api.schemas import (
     ComparisonOut,
-    EvaluationOut,
     ParetoOut,
     ParetoPoint,
-    SpecErrorsOut,
-    SpecIssueOut,
     StatusOut,
-    StudyDetailOut,
-    StudyOut,
     StudyPage,
-    SubmittedOut,
-    TrialDetailOut,
-    TrialOut,
     TrialPage,
-    TurnOut,
 )
 from lm_tuner.dashboards import figure_json, non_dominated, pareto_figure
-from lm_tuner.tuner.analysis import study_unit, trial_evaluations
-from lm_tuner.tuner.comparison import comparison
-from lm_tuner.tuner.controller import StudyConflict
-from lm_tuner.tuner.feasibility import submission_issues
-from lm_tuner.tuner.lifecycle import StudyStateError, cancel_study, delete_study
-from lm_tuner.tuner.queue import submit_study
-from lm_tuner.tuner.results import (
-    Page,
-    TrialView,
-    get_trial,
-    learning_curve,
-    list_studies,
-    pareto_frame,
-    study_trials,
-)
+from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.study_frames import study_unit
+from lm_tuner.tuner.analysis.trial_frames import pareto_frame
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
+from lm_tuner.tuner.store.documents import StudyDetailOut, StudyOut, TrialOut
+from lm_tuner.tuner.store.lifecycle import StudyStateError, cancel_study, delete_study
+from lm_tuner.tuner.store.studies import list_studies
+from lm_tuner.tuner.store.trials import study_trials
+from lm_tuner.tuner.store.views import Page, TrialView
 
 PARETO_AXES = {
     "params": ("parameter_count", "trainable parameters"),
@@ -54,9 +35,14 @@ PARETO_AXES = {
     "gpu_seconds": ("gpu_seconds", "GPU time reserved (s)"),
 }
 
+
 router = APIRouter()
+
+
 StateFilter = Annotated[Literal["COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING"] | None,
                         Query(description="only trials in this state")]
+
+
 NotFound = {404: {"description": "no such study or trial"}}
 
 
@@ -78,34 +64,6 @@ async def studies(
     page = await run_in_threadpool(list_studies, config.storage_url, status=status_filter, family=family,
                                    name_contains=q, limit=limit, offset=offset)
     return StudyPage(items=[StudyOut.of(s) for s in page.items], total=page.total, limit=limit, offset=offset)
-
-
-@router.post(
-    "/studies",
-    response_model=SubmittedOut,
-    status_code=status.HTTP_202_ACCEPTED,
-    tags=["studies"],
-    dependencies=[Writer],
-    responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
-               409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
-               **Unauthorized},
-    openapi_extra={"requestBody": {"required": True, "content": {
-        "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
-        "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
-    }}},
-)
-async def submit(request: Request, config: SettingsDep) -> Any:
-    """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
-    body = await _read_limited(request, MAX_SPEC_BYTES)
-    try:
-        spec, document = await run_in_threadpool(_submitted_spec, body)
-    except SpecError as error:
-        return _spec_errors([SpecIssueOut(field=i.field, message=i.message, line=i.line) for i in error.issues])
-    try:
-        await run_in_threadpool(submit_study, config.storage_url, spec, document)
-    except StudyConflict as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
-    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}")
 
 
 @router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"], dependencies=[Reader],
@@ -200,76 +158,3 @@ async def compare(name: StudyName, config: SettingsDep) -> ComparisonOut:
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
     return ComparisonOut.model_validate(asdict(found))
-
-
-@router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],
-            responses={**NotFound, **Unauthorized})
-def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
-    """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint, and its
-    evaluations (test protocol, dynamic evaluation) with scores in the study's unit."""
-    found = get_trial(config.storage_url, trial_id)
-    if found is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
-    curve = [TurnOut.of(turn) for turn in learning_curve(config.storage_url, trial_id)]
-    unit = study_unit(config.storage_url, found.study)
-    evaluations = [EvaluationOut(**asdict(e), valid_score=unit.of(e.valid_loss), test_score=unit.of(e.test_loss))
-                   for e in trial_evaluations(config.storage_url, trial_id)]
-    return TrialDetailOut(**TrialOut.of(found).model_dump(), learning_curve=curve, evaluations=evaluations)
-
-
-@router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],
-            responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
-                       403: {"description": "the stored path leaves the artifact store"}})
-def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
-    """The trial's best checkpoint, streamed (load it with `lm_tuner.trainers.load_checkpoint`)."""
-    found = get_trial(config.storage_url, trial_id)
-    if found is None or found.checkpoint is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
-    path = _inside_artifacts(config.artifact_root, found.checkpoint.path)
-    return FileResponse(path, media_type="application/octet-stream",
-                        filename=f"{found.study}-{found.family}-{found.number}.pt",
-                        headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
-
-
-def _submitted_spec(body: bytes) -> tuple[StudySpec, str]:
-    """The spec of a request body and its text, or SpecError. Run in the thread pool: however the body is made,
-    the event loop keeps answering while it is read."""
-    try:
-        document = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
-    spec = parse_spec(document, source="request body")
-    issues = submission_issues(spec)
-    if issues:
-        raise SpecError(issues, "request body")
-    return spec, document
-
-
-async def _read_limited(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it exceeds `limit` (also when no Content-Length is sent)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and (len(declared) > len(str(limit)) or int(declared) > limit):
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
-    return bytes(body)
-
-
-def _inside_artifacts(root: Path, relative: str) -> Path:
-    """Resolve a stored path, refusing any that leads outside the artifact store."""
-    resolved_root = root.resolve()
-    path = (resolved_root / relative).resolve()
-    if not path.is_relative_to(resolved_root):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "checkpoint path leaves the artifact store")
-    if not path.is_file():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "the checkpoint file is missing from the artifact store")
-    return path
-
-
-def _spec_errors(issues: list[SpecIssueOut]) -> JSONResponse:
-    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-                        content={"detail": [issue.model_dump() for issue in issues]})
-

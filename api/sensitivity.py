@@ -11,18 +11,18 @@ from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, study_o
 from lm_tuner.api.params import StudyName, text_query
 from lm_tuner.api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
 from lm_tuner.dashboards import figure_json, sensitivity_figure
-from lm_tuner.tuner.analysis import unit_of
-from lm_tuner.tuner.db import optuna_storage
-from lm_tuner.tuner.sensitivity import (
+from lm_tuner.tuner.run.sensitivity import (
     SensitivityError,
     measured_effect,
     pending_runs,
     plan_sensitivity,
     sensitivity_runs,
 )
-from lm_tuner.tuner.space import distributions
+from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.stages import top_trials
+from lm_tuner.tuner.spec.space import distributions
+from lm_tuner.tuner.spec.units import unit_of
+from lm_tuner.tuner.store.engine import optuna_storage
 
 router = APIRouter(tags=["sensitivity"])
 

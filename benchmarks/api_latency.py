@@ -26,23 +26,16 @@ from pathlib import Path
 import httpx
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution, distribution_to_json
-from optuna.storages._rdb import models
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lm_tuner.tuner.db import (  # noqa: E402
-    EvaluationRecord,
-    StudyRecord,
-    TrialRecord,
-    TurnRecord,
-    ensure_schema,
-    families_column,
-    optuna_storage,
-)
 from lm_tuner.tuner.spec import parse_spec  # noqa: E402
+from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage  # noqa: E402
+from lm_tuner.tuner.store.optuna_internals import optuna_models as models  # noqa: E402
+from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, families_column  # noqa: E402
 
 SPACE = {
     "learning_rate": FloatDistribution(0.001, 0.004, log=True),
@@ -253,7 +246,7 @@ def main() -> None:
             process.terminate()
             process.wait(timeout=30)
         optuna_storage(url).engine.dispose()
-        from lm_tuner.tuner.db import engine_for
+        from lm_tuner.tuner.store.engine import engine_for
 
         engine_for(url).dispose()
         with admin.connect() as connection:

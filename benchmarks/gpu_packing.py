@@ -1,7 +1,7 @@
 """Packing trials on one GPU: training tokens/s of one full-size trial alone, and of 2 and 4 sharing the GPU.
 
 Each trial is what the tuner runs for `--space` (default: the paper's 24M-parameter Mogrifier LSTM on
-PTB, batch 64, BPTT 70, Adam): the model solved to the spec's budget by `lm_tuner.tuner.space.trial_setup`,
+PTB, batch 64, BPTT 70, Adam): the model solved to the spec's budget by `lm_tuner.tuner.spec.space.trial_setup`,
 trained by `trainers.TrainingRun`, in its own process — what Ray does with `gpus_per_trial: 1/N`.
 Every configuration runs for `--seconds` after a warm-up; GPU utilisation and memory are sampled
 through NVML meanwhile. The best packing is the one with the highest total tokens/s, and the full
@@ -26,9 +26,9 @@ import torch
 
 from benchmarks.cell_throughput import emit_json
 from lm_tuner.trainers import load_corpus
-from lm_tuner.trainers.training import TrainingRun
-from lm_tuner.tuner.space import trial_setup
+from lm_tuner.trainers.training_run import TrainingRun
 from lm_tuner.tuner.spec import StudySpec, load_spec
+from lm_tuner.tuner.spec.space import trial_setup
 
 # A mid-range point of Table 2.4, near the paper's best Mogrifier on PTB; throughput barely depends on it.
 TRIAL_PARAMS = {

@@ -61,7 +61,7 @@ from lm_tuner.trainers import (
     train,
 )
 from lm_tuner.trainers.batching import batchify, windows
-from lm_tuner.trainers.training import TrainingRun
+from lm_tuner.trainers.training_run import TrainingRun
 
 MODELS = ("lstm", "mogrifier", "reference")
 EARLY_SECONDS = 210.0  # the 3.5-minute mark of the target
@@ -76,7 +76,8 @@ OUR_MODEL_FIELDS: dict[str, dict[str, Any]] = {
 }
 OUR_TRAINING = dict(learning_rate=0.004, l2_penalty=0.0, batch_size=32, bptt=35, max_grad_norm=10.0)
 OUR_SETTINGS_REASONS = {
-    "optimizer": "Adam with beta1 = 0, constant learning rate, gradient clipping to norm 10 (METHODOLOGY 3)",
+    "optimizer": "Adam with beta1 = 0, constant learning rate, gradient clipping to norm 10 "
+                 "(docs/methodology.md#optimiser)",
     "learning_rate": "0.004, the top of the tuned range 0.001-0.004 (Table 2.4): a 10-minute run is far from "
                      "convergence, where the largest stable step learns fastest",
     "batch_size, bptt": "32 x 35 instead of the full-size 64 x 70: the run sees only a fraction of an epoch "

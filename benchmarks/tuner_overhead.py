@@ -3,7 +3,7 @@
     python benchmarks/tuner_overhead.py --output benchmarks/results/tuner_overhead.json
 
 1. GP suggestion time: an Optuna study in SQLite (as studies are stored) with the 9-dimensional
-   Mogrifier search space of METHODOLOGY.md, N completed trials (N = 50, 100, 200) plus 3 running
+   Mogrifier search space of docs/methodology.md#search-ranges, N completed trials (N = 50, 100, 200) plus 3 running
    ones, then the wall time of `ask()` — the GP's batch acquisition proposing a new trial.
 2. Controller overhead: a real study (Ray Tune + GPSampler + database writes) with trials run one at
    a time; per trial, the time outside the trainer's own training loop (Ray actor start, data and
@@ -73,10 +73,11 @@ def gp_suggestion_seconds(completed: int, repeats: int, folder: Path) -> list[fl
 def controller_overhead(trials: int, steps_per_turn: int, folder: Path) -> dict:
     import yaml
 
-    from lm_tuner.tuner.controller import launch_study
-    from lm_tuner.tuner.db import TurnRecord, sessions
+    from lm_tuner.tuner.run.controller import launch_study
     from lm_tuner.tuner.settings import Settings
     from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.engine import sessions
+    from lm_tuner.tuner.store.schema import TurnRecord
 
     document = yaml.safe_dump({
         "name": "overhead",

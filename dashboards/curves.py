@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from lm_tuner.dashboards.figures import FALLBACK_COLOURS, styled
+from lm_tuner.dashboards.figures import PALETTE, styled
 
-CURVE_COLOURS = ("#1f77b4", "#d62728", *FALLBACK_COLOURS, "#7f7f7f", "#bcbd22")
+CURVE_COLOURS = (*PALETTE, "#7f7f7f", "#bcbd22")
 
 
 def averaging_switches(curve: pd.DataFrame) -> list[int]:

@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-FAMILY_COLOURS = {"lstm": "#1f77b4", "mogrifier": "#d62728"}
-FALLBACK_COLOURS = ("#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
-def family_colour(family: str, position: int = 0) -> str:
-    return FAMILY_COLOURS.get(family, FALLBACK_COLOURS[position % len(FALLBACK_COLOURS)])
+def family_colour(position: int) -> str:
+    """The colour of the family at `position` in its study's list: by order, so any family, a plugin's too, gets
+    one, and the same study always draws the same family in the same colour."""
+    return PALETTE[position % len(PALETTE)]
 
 
 def figure_json(figure: go.Figure) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = 
     for position, (family, group) in enumerate(finished.groupby("family", sort=True)):
         figure.add_trace(go.Scatter(
             x=group[x].to_numpy(), y=group[y].to_numpy(), mode="markers", name=family,
-            marker={"color": family_colour(family, position), "size": 9},
+            marker={"color": family_colour(position), "size": 9},
             customdata=group[["trial_id", "number"]].to_numpy(),
             hovertemplate=f"{family} #%{{customdata[1]}}<br>{y_title} %{{y:.3f}}<br>{x_title} %{{x:,}}"
                           "<extra></extra>",

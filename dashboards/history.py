@@ -24,7 +24,7 @@ def history_figure(trials: pd.DataFrame, y_title: str) -> go.Figure:
     finished = trials["score"].dropna()
     failed_y = float(max(finished.max(), trials["last_score"].max())) if not finished.empty else 1.0
     for position, (family, group) in enumerate(trials.sort_values("number").groupby("family", sort=True)):
-        colour = family_colour(family, position)
+        colour = family_colour(position)
         complete = group[group["state"] == "COMPLETE"]
         figure.add_trace(go.Scatter(  # SVG: in headless Chromium faster than WebGL at thousands of points
             x=complete["number"].to_numpy(), y=complete["score"].to_numpy(), mode="markers", name=family,

@@ -19,7 +19,7 @@ def importance_figure(importances: Mapping[str, Mapping[str, float]], evaluator:
     for position, (family, values) in enumerate(sorted(importances.items())):
         figure.add_trace(go.Bar(
             y=names, x=np.array([values.get(name, np.nan) for name in names], dtype=float), orientation="h",
-            name=family, marker={"color": family_colour(family, position)},
+            name=family, marker={"color": family_colour(position)},
             hovertemplate=f"{family}: %{{y}} %{{x:.3f}}<extra></extra>"))
     return styled(figure, f"Hyperparameter importance ({evaluator})", "importance (sums to 1 per family)", "",
                   barmode="group")

@@ -14,7 +14,7 @@ def sensitivity_figure(runs: pd.DataFrame, effect: pd.DataFrame, parameter: str,
     """`runs`: family, value, score (one row per run); `effect`: family, value, mean, std, count."""
     figure = go.Figure()
     for position, (family, group) in enumerate(effect.groupby("family", sort=True)):
-        colour = family_colour(family, position)
+        colour = family_colour(position)
         single = runs[(runs["family"] == family)].dropna(subset=["score"])
         figure.add_trace(go.Scatter(
             x=single["value"].to_numpy(), y=single["score"].to_numpy(), mode="markers", name=f"{family} runs",

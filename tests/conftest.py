@@ -71,7 +71,7 @@ def fresh_postgres_database() -> Iterator[str]:
     try:
         yield url
     finally:
-        from lm_tuner.tuner import db
+        from lm_tuner.tuner.store import engine as db
 
         db.engine_for(url).dispose()
         db.optuna_storage(url).engine.dispose()

@@ -20,11 +20,12 @@ import yaml
 
 from lm_tuner.dashboards import PLOTLY_JS
 from lm_tuner.trainers import load_checkpoint
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import CheckpointRecord, TrialCountRecord, TrialRecord, sessions
-from lm_tuner.tuner.queue import run_worker
+from lm_tuner.tuner.run.controller import launch_study
+from lm_tuner.tuner.run.queue import run_worker
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import CheckpointRecord, TrialCountRecord, TrialRecord
 from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lm_tuner.tuner.db import ensure_schema
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.tokens import (
+from lm_tuner.tuner.store.engine import ensure_schema
+from lm_tuner.tuner.store.tokens import (
     TokenError,
     auth_enabled,
     create_token,
@@ -133,7 +133,7 @@ def test_a_given_secret_becomes_the_first_token(sqlite_url):
 def test_an_existing_active_token_turns_authentication_on_when_migrating(storage_url):
     from alembic import command
 
-    from lm_tuner.tuner.db import alembic_config, engine_for
+    from lm_tuner.tuner.store.engine import alembic_config, engine_for
 
     ensure_schema(storage_url)
     config = alembic_config(storage_url)

@@ -26,11 +26,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from lm_tuner.tuner.db import Base, engine_for
-from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
-from lm_tuner.tuner.yaml_loader import MAX_VALUES
+from lm_tuner.tuner.spec.yaml_loader import MAX_VALUES
+from lm_tuner.tuner.store.engine import engine_for
+from lm_tuner.tuner.store.schema import Base
 from tests.conftest import TINY_SPEC, serve_app
 
 SLOWEST_ANSWER = 1.0  # seconds: the bound on each rejection

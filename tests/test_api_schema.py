@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
-from lm_tuner.tuner.tokens import create_token
+from lm_tuner.tuner.store.tokens import create_token
 from tests.conftest import TINY_SPEC, serve_app
 
 pytestmark = pytest.mark.slow

@@ -70,7 +70,8 @@ def test_wrong_input_is_one_line_and_exit_2(tmp_path):
     binary.write_bytes(b"\x80\x02PK\x00\x00" + bytes(range(256)))
     _one_line_error(tuner("launch", "--space", str(binary), cwd=tmp_path), str(binary), "not a text file")
     _one_line_error(tuner("launch", "--space", str(tmp_path), cwd=tmp_path), "cannot read the spec file")
-    _one_line_error(tuner("launch", "--space", "absent.yaml", cwd=tmp_path), "absent.yaml", "No such file")
+    _one_line_error(tuner("launch", "--space", "absent.yaml", cwd=tmp_path), "absent.yaml",
+                    "no such file or shipped space", "small/mogrifier_ptb")
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text(yaml.safe_dump({**ONE_FAMILY, "families": ["lstm", "transformer-xl"]}, sort_keys=False))
     _one_line_error(tuner("launch", "--space", str(unknown), cwd=tmp_path), f"{unknown}:", "families.1",
@@ -84,10 +85,11 @@ def test_wrong_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_missing_data_creates_nothing_and_a_study_that_never_ran_can_be_launched_again(tmp_path):
-    from lm_tuner.tuner.db import StudyRecord, ensure_schema, sessions
-    from lm_tuner.tuner.queue import run_worker, submit_study
+    from lm_tuner.tuner.run.queue import run_worker, submit_study
     from lm_tuner.tuner.settings import Settings
     from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.engine import ensure_schema, sessions
+    from lm_tuner.tuner.store.schema import StudyRecord
 
     typo = {**ONE_FAMILY, "name": "typo", "dataset": {"path": str(tmp_path / "ptbb"), "format": "ptb"}}
     space = tmp_path / "typo.yaml"

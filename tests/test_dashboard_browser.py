@@ -14,10 +14,11 @@ import pytest
 import yaml
 from sqlalchemy import update
 
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import StudyRecord, sessions
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import StudyRecord
 from tests.conftest import TINY_SPEC, serve_app
 from tests.test_stages import STAGED
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from lm_tuner.tuner.db import ensure_schema
-from lm_tuner.tuner.queue import submit_study
+from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
-from lm_tuner.tuner.tokens import create_token
+from lm_tuner.tuner.store.engine import ensure_schema
+from lm_tuner.tuner.store.tokens import create_token
 from tests.conftest import TINY_SPEC, serve_app
 from tests.test_dashboard_browser import ARTIFACTS, browser  # noqa: F401  (the module's Chromium, as a fixture)
 

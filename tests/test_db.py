@@ -10,7 +10,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from lm_tuner.tuner.db import VERSION_TABLE, alembic_config, current_revision, engine_for, ensure_schema
+from lm_tuner.tuner.store.engine import VERSION_TABLE, alembic_config, current_revision, engine_for, ensure_schema
 
 PROJECT_TABLES = {"lmt_studies", "lmt_trials", "lmt_turns", "lmt_checkpoints", "lmt_api_tokens", VERSION_TABLE}
 
@@ -47,9 +47,10 @@ def test_two_processes_creating_the_schema_at_once(backend, request):
 def test_a_stopping_worker_requeues_only_a_study_still_running(storage_url, status, after):
     from sqlalchemy import select, update
 
-    from lm_tuner.tuner.db import StudyRecord, sessions
-    from lm_tuner.tuner.queue import requeue_study, submit_study
+    from lm_tuner.tuner.run.queue import requeue_study, submit_study
     from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.engine import sessions
+    from lm_tuner.tuner.store.schema import StudyRecord
     from tests.conftest import TINY_SPEC
 
     ensure_schema(storage_url)
@@ -62,7 +63,7 @@ def test_a_stopping_worker_requeues_only_a_study_still_running(storage_url, stat
 
 
 def _trial(trial_id: int, study: str, state: str, stage: str = "tune"):
-    from lm_tuner.tuner.db import TrialRecord
+    from lm_tuner.tuner.store.schema import TrialRecord
 
     return TrialRecord(trial_id=trial_id, study_name=study, family="lstm", number=trial_id, seed=0, state=state,
                        stage=stage)
@@ -72,8 +73,9 @@ def _counters_match_the_trials(url: str) -> dict[str, dict[str, int]]:
     """Each study's tuning counters, asserted equal to its tuning trials counted afresh."""
     from sqlalchemy import func, select
 
-    from lm_tuner.tuner.db import TrialCountRecord, TrialRecord, sessions
-    from lm_tuner.tuner.results import TRIAL_STATES
+    from lm_tuner.tuner.store.engine import sessions
+    from lm_tuner.tuner.store.schema import TrialCountRecord, TrialRecord
+    from lm_tuner.tuner.store.views import TRIAL_STATES
 
     with sessions(url)() as session:
         stored = {row.study_name: {state: getattr(row, f"tuning_{state.lower()}") for state in TRIAL_STATES}
@@ -92,7 +94,8 @@ def test_tuning_trial_counters_follow_every_write(storage_url):
     keep each study's counters equal to a fresh count (a study's row appears with its first trial)."""
     from sqlalchemy import delete, update
 
-    from lm_tuner.tuner.db import TrialRecord, sessions
+    from lm_tuner.tuner.store.engine import sessions
+    from lm_tuner.tuner.store.schema import TrialRecord
 
     ensure_schema(storage_url)
     with sessions(storage_url).begin() as session:
@@ -115,7 +118,7 @@ def test_tuning_trial_counters_follow_every_write(storage_url):
 
 
 def test_the_counters_migration_counts_existing_trials(storage_url):
-    from lm_tuner.tuner.db import sessions
+    from lm_tuner.tuner.store.engine import sessions
 
     ensure_schema(storage_url)
     config = alembic_config(storage_url)
@@ -144,9 +147,9 @@ def test_reads_survive_a_database_restart(postgres_url):
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from lm_tuner.tuner.queue import submit_study
-    from lm_tuner.tuner.results import list_studies
+    from lm_tuner.tuner.run.queue import submit_study
     from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.studies import list_studies
     from tests.conftest import TINY_SPEC
 
     ensure_schema(postgres_url)
@@ -165,10 +168,11 @@ def test_trials_read_back_with_their_exact_hyperparameters(storage_url):
     categories as Optuna returns them, in Optuna's order, wherever a trial is read."""
     import optuna
 
-    from lm_tuner.tuner.db import optuna_storage, sessions
-    from lm_tuner.tuner.queue import submit_study
-    from lm_tuner.tuner.results import get_study, get_trial, list_studies, study_trials
+    from lm_tuner.tuner.run.queue import submit_study
     from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.engine import optuna_storage, sessions
+    from lm_tuner.tuner.store.studies import get_study, list_studies
+    from lm_tuner.tuner.store.trials import get_trial, study_trials
     from tests.conftest import TINY_SPEC
 
     ensure_schema(storage_url)

@@ -18,10 +18,11 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import select
 
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import TrialRecord, TurnRecord, ensure_schema, sessions
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import ensure_schema, sessions
+from lm_tuner.tuner.store.schema import TrialRecord, TurnRecord
 from tests.conftest import TINY_SPEC
 
 pytestmark = pytest.mark.slow

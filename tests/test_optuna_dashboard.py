@@ -7,10 +7,10 @@ import pytest
 import yaml
 from optuna_dashboard import wsgi
 
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import optuna_storage
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import optuna_storage
 from tests.conftest import TINY_SPEC, serve_app
 
 pytestmark = pytest.mark.slow

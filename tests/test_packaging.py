@@ -23,8 +23,8 @@ def test_wheel_carries_package_data(tmp_path):
     (wheel,) = tmp_path.glob("lm_tuner-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("dashboards/templates/study.html", "dashboards/static/dashboard.js",
-                     "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "tuner/migrations/env.py",
-                     "tuner/migrations/script.py.mako", "tuner/migrations/versions/0001_project_tables.py",
+                     "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "tuner/store/migrations/env.py",
+                     "tuner/store/migrations/script.py.mako", "tuner/store/migrations/versions/0001_project_tables.py",
                      "models/csrc/cpu_kernels.cpp", "spaces/mogrifier_ptb.yaml", "spaces/small/mogrifier_ptb.yaml"):
         assert f"lm_tuner/{required}" in names, required
     assert any(name.endswith("entry_points.txt") for name in names)

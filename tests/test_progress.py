@@ -13,15 +13,16 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select
 
 from lm_tuner.api.pages import _study
-from lm_tuner.api.schemas import StudyOut
 from lm_tuner.dashboards import render
-from lm_tuner.tuner.db import StudyRecord, TrialRecord, ensure_schema, optuna_storage, sessions, utcnow
-from lm_tuner.tuner.progress import ProgressPrinter
-from lm_tuner.tuner.queue import submit_study
-from lm_tuner.tuner.results import get_study, list_studies
-from lm_tuner.tuner.space import optuna_study_name
+from lm_tuner.tuner.cli.progress import ProgressPrinter
+from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.spec import parse_spec
-from lm_tuner.tuner.study_progress import StageTally, estimated_seconds_left, planned_stages
+from lm_tuner.tuner.spec.space import optuna_study_name
+from lm_tuner.tuner.store.documents import StudyOut
+from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
+from lm_tuner.tuner.store.progress import StageTally, estimated_seconds_left, planned_stages
+from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord, utcnow
+from lm_tuner.tuner.store.studies import get_study, list_studies
 from tests.conftest import TINY_SPEC
 
 ONE_FAMILY = {**TINY_SPEC, "families": ["lstm"], "fixed": {"num_layers": 1},

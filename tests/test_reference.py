@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lm_tuner.tuner.hyperparameters import HYPERPARAMETERS
-from lm_tuner.tuner.reference import SECTIONS, render
+from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec.reference import SECTIONS, render
 
 PAGE = Path(__file__).parent.parent / "docs" / "spec.md"
 
 
 def test_committed_reference_is_current():
-    assert PAGE.read_text() == render(), "regenerate it: python -m lm_tuner.tuner.reference > docs/spec.md"
+    assert PAGE.read_text() == render(), "regenerate it: python -m lm_tuner.tuner.spec.reference > docs/spec.md"
 
 
 def test_every_field_and_hyperparameter_is_documented():

@@ -13,14 +13,15 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from typer.testing import CliRunner
 
-from lm_tuner.tuner.cli import app
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import TrialRecord, sessions
-from lm_tuner.tuner.queue import run_worker
-from lm_tuner.tuner.sensitivity import SensitivityError, moved_values, sensitivity_runs
+from lm_tuner.tuner.cli.app import app
+from lm_tuner.tuner.run.controller import launch_study
+from lm_tuner.tuner.run.queue import run_worker
+from lm_tuner.tuner.run.sensitivity import SensitivityError, moved_values, sensitivity_runs
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.space import rerun_seed
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.spec.space import rerun_seed
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import TrialRecord
 from tests.conftest import TINY_SPEC, serve_app
 
 

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from lm_tuner.models import count_parameters
-from lm_tuner.tuner.comparison import comparison
-from lm_tuner.tuner.controller import launch_study
+from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.space import trial_setup
 from lm_tuner.tuner.spec import StudySpec, load_spec, parse_spec
+from lm_tuner.tuner.spec.space import trial_setup
 
 SPACES = Path(__file__).parent.parent / "spaces"
 FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",

@@ -120,8 +120,8 @@ def test_missing_file_is_a_spec_error(tmp_path):
 def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec, monkeypatch):
     import torch
 
-    from lm_tuner.tuner import trial
-    from lm_tuner.tuner.trial import configure_torch
+    from lm_tuner.tuner.run import trial
+    from lm_tuner.tuner.run.trial import configure_torch
 
     malloc_policy = []
     monkeypatch.setattr(trial, "keep_freed_memory", lambda: malloc_policy.append("kept"))

@@ -12,9 +12,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lm_tuner.tuner.feasibility import budget_issues, submission_issues
 from lm_tuner.tuner.spec import INT32_MAX, SpecError, StudySpec, load_spec, parse_spec
-from lm_tuner.tuner.yaml_loader import MAX_CHARACTERS, MAX_DEPTH, MAX_VALUES, load_document, shown
+from lm_tuner.tuner.spec.feasibility import budget_issues, submission_issues
+from lm_tuner.tuner.spec.yaml_loader import MAX_CHARACTERS, MAX_DEPTH, MAX_VALUES, load_document, shown
 from tests.conftest import TINY_SPEC
 
 BASE = {**TINY_SPEC, "description": "a tiny study"}

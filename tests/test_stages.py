@@ -14,12 +14,13 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
-from lm_tuner.tuner.comparison import comparison
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import EvaluationRecord, TrialRecord, sessions
+from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.space import RERUN_SEED_OFFSET
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.spec.space import RERUN_SEED_OFFSET
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import EvaluationRecord, TrialRecord
 from tests.conftest import TINY_SPEC, serve_app
 
 pytestmark = pytest.mark.slow

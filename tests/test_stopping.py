@@ -33,7 +33,7 @@ STOP_SECONDS = 30  # the issue's bound on stopping every child
 def test_stop_children_ends_a_tree_and_the_orphans_it_adopted(tmp_path):
     script = (
         "import subprocess, sys, time\n"
-        "from lm_tuner.tuner.processes import adopt_orphans, stop_children\n"
+        "from lm_tuner.tuner.run.processes import adopt_orphans, stop_children\n"
         "adopt_orphans()\n"
         # the subshell exits at once: its `sleep` detaches as Ray's helpers do, and is re-parented to this process
         "child = subprocess.Popen(['sh', '-c', '(sleep 300 &); exec sleep 300'])\n"

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from lm_tuner.models import count_parameters
 from lm_tuner.trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
-from lm_tuner.tuner.controller import (
+from lm_tuner.tuner.run.controller import (
     INTERRUPTED_REASON,
     StudyConflict,
     StudyRefused,
@@ -22,10 +22,11 @@ from lm_tuner.tuner.controller import (
     ray_address,
     run_claimed_study,
 )
-from lm_tuner.tuner.db import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord, ensure_schema, sessions
-from lm_tuner.tuner.queue import claim_next_study, submit_study
+from lm_tuner.tuner.run.queue import claim_next_study, submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import ensure_schema, sessions
+from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord
 
 pytestmark = pytest.mark.slow
 

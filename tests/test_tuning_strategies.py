@@ -7,10 +7,11 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import func, select
 
-from lm_tuner.tuner.controller import launch_study
-from lm_tuner.tuner.db import TrialRecord, TurnRecord, sessions
+from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import TrialRecord, TurnRecord
 
 pytestmark = pytest.mark.slow
 

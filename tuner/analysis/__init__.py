@@ -1,2 +1,2 @@
-"""What a study's trials say: the families compared at equal budget (`comparison`), measured sensitivity to one
-hyperparameter (`sensitivity`), and the frames the figures plot (`study_frames`, `trial_frames`)."""
+"""What a study's trials say: the families compared at equal budget (`comparison`), and the frames the figures
+plot (`study_frames`, `trial_frames`)."""

@@ -5,7 +5,6 @@ Scores are in the study's unit: perplexity for word-level corpora, bits per char
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -22,38 +21,25 @@ from optuna.importance import (
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import func, select
 
-from lm_tuner.tuner.spec import is_character_level
+from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import engine_for, sessions
-from lm_tuner.tuner.store.optuna_tables import TrialParamModel, TrialUserAttributeModel
+from lm_tuner.tuner.store.optuna_internals import TrialParamModel, TrialUserAttributeModel
 from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord
 
 Evaluator = Literal["fanova", "ped_anova", "mean_decrease_impurity"]
+
+
 EVALUATORS = {"fanova": FanovaImportanceEvaluator, "ped_anova": PedAnovaImportanceEvaluator,
               "mean_decrease_impurity": MeanDecreaseImpurityImportanceEvaluator}
+
+
 MAX_CURVES = 12  # learning curves drawn at once
 
+
 _params = TrialParamModel.__table__
+
+
 _user_attributes = TrialUserAttributeModel.__table__
-
-
-@dataclass(frozen=True)
-class Unit:
-    name: str  # "perplexity" or "bpc"
-    title: str
-
-    def convert(self, losses: pd.Series | np.ndarray) -> np.ndarray:
-        values = np.asarray(losses, dtype=float)
-        return values / math.log(2) if self.name == "bpc" else np.exp(values)
-
-    def of(self, loss: float | None) -> float | None:
-        return None if loss is None else float(self.convert(np.array([loss]))[0])
-
-
-def unit_of(spec: dict[str, Any]) -> Unit:
-    """The unit of a study's scores, from its spec as stored."""
-    if is_character_level(spec.get("dataset", {})):
-        return Unit("bpc", "validation bits per character")
-    return Unit("perplexity", "validation perplexity")
 
 
 def study_unit(url: str, name: str) -> Unit:

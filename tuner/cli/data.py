@@ -24,7 +24,8 @@ def fetch(
     Exit status: 0 the files are in place and verified, 1 the download or the check failed,
     2 no such dataset.
     """
-    from lm_tuner.trainers.registry import CHECKSUMS, fetch_dataset, read_checksums, registered
+    from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums
+    from lm_tuner.trainers.registry import fetch_dataset, registered
 
     try:
         dataset = registered(name)

@@ -32,6 +32,7 @@ from lm_tuner.tuner.spec.space import distributions, initial_points, optuna_stud
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
+from lm_tuner.tuner.store.optuna_internals import storage_study_id, storage_trial_id
 from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
 
 # Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
@@ -198,9 +199,9 @@ def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTE
         if not name.startswith(f"{spec.name}/"):
             continue
         family = name.split("/")[1]
-        for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            record_interrupted(url, spec.name, family, trial._trial_id, trial.number,
+        for trial in storage.get_all_trials(storage_study_id(study), deepcopy=False, states=(TrialState.RUNNING,)):
+            storage.set_trial_state_values(storage_trial_id(trial), TrialState.FAIL)
+            record_interrupted(url, spec.name, family, storage_trial_id(trial), trial.number,
                                trial.user_attrs.get("seed", trial_seed(spec, trial.number)), reason)
 
 

@@ -8,7 +8,6 @@ import threading
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from lm_tuner.tuner.analysis.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from lm_tuner.tuner.run.controller import (
     StudyConflict,
     connect_ray,
@@ -16,6 +15,7 @@ from lm_tuner.tuner.run.controller import (
     run_claimed_study,
     this_controller,
 )
+from lm_tuner.tuner.run.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store.engine import ensure_schema, sessions

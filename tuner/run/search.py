@@ -5,6 +5,10 @@ stopped early or that crashed after reporting. Here only a trial that ran all it
 COMPLETE; one stopped early is PRUNED (its last value kept as the user attribute `last_value`);
 one that raised is FAIL and never feeds the sampler a number; one stopped because the study was
 cancelled is FAIL too, marked interrupted so that resuming the study runs it again.
+
+This is the one adapter of Ray Tune's private state: it reads OptunaSearch's `_ot_trials`, `_ot_study`, `_storage`
+and `_completed_trials` (supported: the `ray[tune]` range pinned in pyproject.toml; tests/test_private_internals.py
+fails loudly when a release changes them).
 """
 
 from __future__ import annotations

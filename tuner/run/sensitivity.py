@@ -23,7 +23,6 @@ from ray import tune
 from sqlalchemy import select
 
 from lm_tuner.trainers import load_corpus
-from lm_tuner.tuner.analysis.study_frames import unit_of
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, TrialRegistrar
 from lm_tuner.tuner.run.stages import top_trials
@@ -31,8 +30,9 @@ from lm_tuner.tuner.run.trial import run_trial
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.spec.units import unit_of
 from lm_tuner.tuner.store.engine import engine_for, optuna_storage, sessions
-from lm_tuner.tuner.store.optuna_tables import TrialParamModel, TrialUserAttributeModel
+from lm_tuner.tuner.store.optuna_internals import TrialParamModel, TrialUserAttributeModel, storage_trial_id
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 SPAN = 0.15  # of the searched range, either side of the best value
@@ -209,5 +209,5 @@ def _waiting(storage: optuna.storages.BaseStorage, optuna_name: str) -> int:
 
 def _interrupted(url: str, trial: optuna.trial.FrozenTrial) -> bool:
     with sessions(url)() as session:
-        record = session.get(TrialRecord, trial._trial_id)
+        record = session.get(TrialRecord, storage_trial_id(trial))
     return record is not None and record.interrupted

@@ -26,6 +26,7 @@ from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import settled_trials
+from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.schema import EvaluationRecord, TrialRecord
 
 FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
@@ -147,11 +148,11 @@ def _evaluate_dynamically(spec: StudySpec, parent: TrialRecord, optuna_name: str
     settings_used = {"dynamic_evaluation": best.params, **spec.evaluation.model_dump()}
     records = [EvaluationRecord(trial_id=parent.trial_id, kind="dynamic", valid_loss=losses["valid"],
                                 test_loss=losses["test"], logit_scale=logit_scale, settings=settings_used,
-                                dyneval_trial_id=best._trial_id)]
+                                dyneval_trial_id=storage_trial_id(best))]
     if "mc_valid" in losses:
         records.append(EvaluationRecord(trial_id=parent.trial_id, kind="dynamic_mc", valid_loss=losses["mc_valid"],
                                         test_loss=losses["mc_test"], logit_scale=logit_scale,
-                                        settings=settings_used, dyneval_trial_id=best._trial_id))
+                                        settings=settings_used, dyneval_trial_id=storage_trial_id(best)))
     with sessions(url).begin() as session:
         session.add_all(records)
 

@@ -9,13 +9,13 @@ from collections import Counter
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator
 from pydantic_core import PydanticCustomError
 
+from lm_tuner.models import family_names
 from lm_tuner.trainers import DatasetConfig, Schedule
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
-Family = Literal["lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
@@ -35,6 +35,19 @@ def _hyperparameter_value(value: Any) -> bool | int | float:
 
 HyperparameterValue = Annotated[bool | int | float,
                                 PlainValidator(_hyperparameter_value, json_schema_input_type=bool | int | float)]
+
+
+def _registered_family(name: str) -> str:
+    """A family of the registry (models.families), in pydantic's words for a Literal, so messages read alike."""
+    known = family_names()
+    if name not in known:
+        expected = " or ".join((", ".join(repr(family) for family in known[:-1]), repr(known[-1])))
+        raise PydanticCustomError("family", "Input should be {expected}", {"expected": expected})
+    return name
+
+
+Family = Annotated[str, AfterValidator(_registered_family)]
+"""The name of a registered model family."""
 
 
 class _Strict(BaseModel):
@@ -149,7 +162,7 @@ class StudySpec(_Strict):
         """The search space of one family's study (unknown names, refused by parse_spec, are not in it)."""
         return {
             name: space for name, space in self.search_space.items()
-            if name in HYPERPARAMETERS and family in HYPERPARAMETERS[name].families
+            if name in HYPERPARAMETERS and HYPERPARAMETERS[name].applies_to(family)
             and (space.families is None or family in space.families)
         }
 
@@ -168,7 +181,7 @@ class StudySpec(_Strict):
         return is_character_level(self.dataset.model_dump(mode="json"))
 
     def fixed_for(self, family: str) -> dict[str, bool | int | float]:
-        return {name: value for name, value in self.fixed.items() if family in HYPERPARAMETERS[name].families}
+        return {name: value for name, value in self.fixed.items() if HYPERPARAMETERS[name].applies_to(family)}
 
 
 def is_character_level(dataset: dict[str, Any]) -> bool:

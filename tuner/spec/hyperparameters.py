@@ -2,47 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-from lm_tuner.models import FAMILIES
-
-MOGRIFIER_FAMILIES = tuple(family for family in FAMILIES if family.startswith("mogrifier"))
-
-
-@dataclass(frozen=True)
-class Hyperparameter:
-    name: str
-    target: Literal["model", "training"]
-    kind: Literal["float", "int", "bool"]
-    description: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # True: low itself is not allowed
-    high_open: bool = False
-    families: tuple[str, ...] = FAMILIES
-    required: bool = False  # a study of one of `families` must fix or search it (no silent default)
-
-    def allowed(self) -> str:
-        if self.kind == "bool":
-            return "true or false"
-        left = "(" if self.low_open else "["
-        right = ")" if self.high_open else "]"
-        low = "-inf" if self.low is None else f"{self.low:g}"
-        high = "inf" if self.high is None else f"{self.high:g}"
-        kind = "an integer" if self.kind == "int" else "a number"
-        return f"{kind} in {left}{low}, {high}{right}"
-
-    def accepts(self, value: object) -> bool:
-        if self.kind == "bool":
-            return isinstance(value, bool)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if self.kind == "int" and not float(value).is_integer():
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
+from lm_tuner.models import family_hyperparameters, family_names
+from lm_tuner.models.hyperparameters import Hyperparameter
 
 
 def _rate(name: str, description: str) -> Hyperparameter:
@@ -70,9 +31,11 @@ HYPERPARAMETERS: dict[str, Hyperparameter] = {
         _rate("cell_output_dropout", "dropout on each layer's output before it joins the sums"),
         _rate("state_dropout", "variational dropout on h_prev, one mask per sequence per window"),
         _rate("output_dropout", "dropout on the summed output (and after the projection)"),
-        Hyperparameter("mogrifier_rounds", "model", "int", "mogrifier rounds (0 = plain cell)", 0, 6,
-                       families=MOGRIFIER_FAMILIES, required=True),
-        Hyperparameter("mogrifier_rank", "model", "int", "rank of mogrifier matrices; <= 0 means full rank",
-                       families=MOGRIFIER_FAMILIES, required=True),
     )
-}
+} | {name: hyper for name, (hyper, _families) in family_hyperparameters().items()}
+"""Every hyperparameter a study may set: the ones every family has, then each family's own (models.families)."""
+
+
+def families_of(hyper: Hyperparameter) -> tuple[str, ...]:
+    """The registered families `hyper` applies to."""
+    return tuple(name for name in family_names() if hyper.applies_to(name))

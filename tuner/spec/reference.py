@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from lm_tuner.models import family_names
 from lm_tuner.trainers import MarkovCorpusConfig, Schedule
 from lm_tuner.trainers.averaging import NTASGDConfig, TailAveragingConfig, TwoTailedAveragingConfig
 from lm_tuner.trainers.datasets import LocalDatasetConfig, RegisteredDatasetConfig
@@ -21,13 +22,14 @@ from lm_tuner.tuner.spec.document import (
     DynamicEvaluationStage,
     EarlyStopping,
     Evaluation,
+    Family,
     Reruns,
     Resources,
     SearchRange,
     StudySpec,
     Tuning,
 )
-from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS, families_of
 from lm_tuner.tuner.spec.yaml_loader import MAX_CHARACTERS, MAX_DEPTH, MAX_VALUES
 
 INTRODUCTION = """\
@@ -94,7 +96,7 @@ def render() -> str:
         parts.append(_field_table(model))
     parts.append("## Hyperparameters (`fixed` and `search_space` keys)\n")
     parts.append("| name | kind | allowed | families | meaning |\n|---|---|---|---|---|")
-    parts.extend(f"| `{h.name}` | {h.kind} | {h.allowed()} | {', '.join(h.families)} | {h.description} |"
+    parts.extend(f"| `{h.name}` | {h.kind} | {h.allowed()} | {', '.join(families_of(h))} | {h.description} |"
                  for h in HYPERPARAMETERS.values())
     return "\n".join(parts) + "\n"
 
@@ -130,6 +132,8 @@ def _bounds(field: Any) -> str:
 
 
 def _type_name(annotation: Any) -> str:
+    if annotation == Family:
+        return " \\| ".join(f"`{name}`" for name in family_names())
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))

@@ -20,7 +20,7 @@ from lm_tuner.tuner.spec.document import (
     SearchRange,
     StudySpec,
 )
-from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS, families_of
 from lm_tuner.tuner.spec.issues import CONTROL_CHARACTER, SpecError, SpecIssue, field_name, issue_from_pydantic, line_of
 from lm_tuner.tuner.spec.yaml_loader import DocumentError, load_document, shown
 
@@ -126,13 +126,13 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         elif name in spec.search_space:
             issues.append((("fixed", name), "is also in search_space; a hyperparameter is either fixed or searched"))
         else:
-            issues += _family_issues(("fixed", name), hyper.families, spec.families)
+            issues += _family_issues(("fixed", name), families_of(hyper), spec.families)
     for name, space in spec.search_space.items():
         hyper = HYPERPARAMETERS.get(name)
         if hyper is None:
             issues.append((("search_space", name), f"unknown hyperparameter; allowed: {allowed_names}"))
             continue
-        families = tuple(f for f in hyper.families if space.families is None or f in space.families)
+        families = tuple(f for f in families_of(hyper) if space.families is None or f in space.families)
         issues += _family_issues(("search_space", name), families, spec.families)
         issues += [(("search_space", name, *path), message) for path, message in _range_issues(hyper, space)]
     choice_sets = {name: set(space.choices) for name, space in spec.search_space.items() if space.choices is not None}
@@ -168,7 +168,7 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         if not spec.searched_for(family):
             issues.append((("search_space",), f"nothing is searched for family {family!r}; add a hyperparameter "
                                               f"that applies to it"))
-        needs = [h.name for h in HYPERPARAMETERS.values() if h.required and family in h.families]
+        needs = [h.name for h in HYPERPARAMETERS.values() if h.required and h.applies_to(family)]
         for name in needs:
             if name not in spec.fixed and name not in spec.search_space:
                 issues.append((("fixed",), f"family {family!r} needs {name!r} in fixed or search_space"))

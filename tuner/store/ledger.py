@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested
+from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.schema import TrialRecord
 
 
@@ -65,7 +66,7 @@ def settled_trials(url: str, optuna_name: str) -> int:
         study_id = storage.get_study_id_from_name(optuna_name)
     except KeyError:
         return 0
-    finished = {t._trial_id for t in storage.get_all_trials(
+    finished = {storage_trial_id(t) for t in storage.get_all_trials(
         study_id, deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))}
     with sessions(url)() as session:
         interrupted = set(session.scalars(select(TrialRecord.trial_id).where(

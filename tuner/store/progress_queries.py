@@ -9,7 +9,7 @@ from functools import cache, partial
 
 from sqlalchemy import Select, and_, bindparam, func, select
 
-from lm_tuner.tuner.store.optuna_tables import TRIALS as _trials
+from lm_tuner.tuner.store.optuna_internals import TRIALS as _trials
 from lm_tuner.tuner.store.progress import (
     STAGE_LABELS,
     StageProgress,

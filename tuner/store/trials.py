@@ -12,9 +12,9 @@ from optuna.distributions import json_to_distribution
 from sqlalchemy import Select, bindparam, func, select
 
 from lm_tuner.tuner.store.engine import reading, retried_on_disconnect, sessions
-from lm_tuner.tuner.store.optuna_tables import PARAMS as _params
-from lm_tuner.tuner.store.optuna_tables import TRIALS as _trials
-from lm_tuner.tuner.store.optuna_tables import USER_ATTRIBUTES as _user_attributes
+from lm_tuner.tuner.store.optuna_internals import PARAMS as _params
+from lm_tuner.tuner.store.optuna_internals import TRIALS as _trials
+from lm_tuner.tuner.store.optuna_internals import USER_ATTRIBUTES as _user_attributes
 from lm_tuner.tuner.store.schema import (
     CheckpointRecord,
     TrialRecord,

@@ -1,0 +1,91 @@
+"""Submitting a study over REST: the body is the same YAML or JSON document `tuner launch --space` reads,
+validated with the same messages, size-limited while it is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from lm_tuner.api.deps import SettingsDep, Unauthorized, Writer
+from lm_tuner.api.schemas import (
+    SpecErrorsOut,
+    SpecIssueOut,
+    SubmittedOut,
+)
+from lm_tuner.tuner.run.controller import StudyConflict
+from lm_tuner.tuner.run.queue import submit_study
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
+from lm_tuner.tuner.spec.feasibility import submission_issues
+
+router = APIRouter()
+
+
+@router.post(
+    "/studies",
+    response_model=SubmittedOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    tags=["studies"],
+    dependencies=[Writer],
+    responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
+               409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
+               **Unauthorized},
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
+        "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
+    }}},
+)
+async def submit(request: Request, config: SettingsDep) -> Any:
+    """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
+    body = await _read_limited(request, MAX_SPEC_BYTES)
+    try:
+        return await queue_study(config, body, "request body")
+    except SpecError as error:
+        return spec_errors(error)
+
+
+async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
+    """Validate a spec document and queue its study; SpecError names `source`, 409 for a taken name."""
+    spec, document = await run_in_threadpool(_submitted_spec, body, source)
+    try:
+        await run_in_threadpool(submit_study, config.storage_url, spec, document)
+    except StudyConflict as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}")
+
+
+def spec_errors(error: SpecError) -> JSONResponse:
+    """422 with one entry per problem of the spec."""
+    issues = [SpecIssueOut(field=i.field, message=i.message, line=i.line) for i in error.issues]
+    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+                        content={"detail": [issue.model_dump() for issue in issues]})
+
+
+def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str]:
+    """The spec of a request body and its text, or SpecError. Run in the thread pool: however the body is made,
+    the event loop keeps answering while it is read."""
+    try:
+        document = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
+    spec = parse_spec(document, source=source)
+    issues = submission_issues(spec)
+    if issues:
+        raise SpecError(issues, source)
+    return spec, document
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it exceeds `limit` (also when no Content-Length is sent)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and (len(declared) > len(str(limit)) or int(declared) > limit):
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, f"a spec may be at most {limit} bytes")
+    return bytes(body)

@@ -1,0 +1,63 @@
+"""REST endpoints of one trial: its detail (learning curve, evaluations) and its best checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, status
+from fastapi.responses import FileResponse
+
+from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized
+from lm_tuner.api.params import TrialId
+from lm_tuner.api.schemas import (
+    EvaluationOut,
+    TrialDetailOut,
+    TurnOut,
+)
+from lm_tuner.tuner.analysis.study_frames import study_unit, trial_evaluations
+from lm_tuner.tuner.store.documents import TrialOut
+from lm_tuner.tuner.store.trials import get_trial, learning_curve
+
+router = APIRouter()
+NotFound = {404: {"description": "no such study or trial"}}
+
+
+@router.get("/trials/{trial_id}", response_model=TrialDetailOut, tags=["trials"], dependencies=[Reader],
+            responses={**NotFound, **Unauthorized})
+def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
+    """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint, and its
+    evaluations (test protocol, dynamic evaluation) with scores in the study's unit."""
+    found = get_trial(config.storage_url, trial_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
+    curve = [TurnOut.of(turn) for turn in learning_curve(config.storage_url, trial_id)]
+    unit = study_unit(config.storage_url, found.study)
+    evaluations = [EvaluationOut(**asdict(e), valid_score=unit.of(e.valid_loss), test_score=unit.of(e.test_loss))
+                   for e in trial_evaluations(config.storage_url, trial_id)]
+    return TrialDetailOut(**TrialOut.of(found).model_dump(), learning_curve=curve, evaluations=evaluations)
+
+
+@router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],
+            responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
+                       403: {"description": "the stored path leaves the artifact store"}})
+def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
+    """The trial's best checkpoint, streamed (load it with `lm_tuner.trainers.load_checkpoint`)."""
+    found = get_trial(config.storage_url, trial_id)
+    if found is None or found.checkpoint is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
+    path = _inside_artifacts(config.artifact_root, found.checkpoint.path)
+    return FileResponse(path, media_type="application/octet-stream",
+                        filename=f"{found.study}-{found.family}-{found.number}.pt",
+                        headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
+
+
+def _inside_artifacts(root: Path, relative: str) -> Path:
+    """Resolve a stored path, refusing any that leads outside the artifact store."""
+    resolved_root = root.resolve()
+    path = (resolved_root / relative).resolve()
+    if not path.is_relative_to(resolved_root):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "checkpoint path leaves the artifact store")
+    if not path.is_file():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "the checkpoint file is missing from the artifact store")
+    return path

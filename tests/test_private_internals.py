@@ -1,0 +1,49 @@
+"""The private parts of Optuna and Ray Tune the project relies on, each behind one adapter module, still exist
+and mean what the adapters assume. A release that changes one fails here, by name, not somewhere downstream."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import FloatDistribution
+from ray.tune.search.optuna import OptunaSearch
+
+from lm_tuner.tuner.store import optuna_internals
+
+
+def test_optunas_tables_have_the_columns_the_queries_join():
+    used = {
+        optuna_internals.TRIALS: {"trial_id", "study_id", "number", "state", "datetime_start", "datetime_complete"},
+        optuna_internals.PARAMS: {"trial_id", "param_name", "param_value", "distribution_json"},
+        optuna_internals.USER_ATTRIBUTES: {"trial_id", "key", "value_json"},
+    }
+    for table, columns in used.items():
+        assert columns <= set(table.columns.keys()), f"Optuna's {table.name} table changed"
+    assert optuna_internals.optuna_models.StudyModel.__tablename__ == "studies"
+
+
+def test_frozen_trials_and_studies_carry_their_storage_ids(tmp_path):
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    optuna.create_study(storage=storage, study_name="first").optimize(lambda trial: 1.0, n_trials=2)
+    study = optuna.create_study(storage=storage, study_name="second")
+    study.optimize(lambda trial: 1.0, n_trials=1)
+    (summary,) = [s for s in storage.get_all_studies() if s.study_name == "second"]
+    study_id = optuna_internals.storage_study_id(summary)
+    assert study_id == storage.get_study_id_from_name("second")
+    (trial,) = storage.get_all_trials(study_id)
+    assert optuna_internals.storage_trial_id(trial) == storage.get_trial_id_from_study_id_trial_number(study_id, 0)
+    assert optuna_internals.storage_trial_id(trial) == 3  # ids count from 1 across studies: the third trial
+
+
+def test_ray_optuna_search_keeps_the_state_the_study_searcher_reads(tmp_path):
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    optuna.create_study(storage=storage, study_name="searched", direction="minimize")
+    searcher = OptunaSearch(space={"x": FloatDistribution(0, 1)}, metric="loss", mode="min", study_name="searched",
+                            storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    params = searcher.suggest("trial-1")
+    assert set(params) == {"x"}
+    assert isinstance(searcher._ot_trials["trial-1"], optuna.Trial)
+    assert isinstance(searcher._ot_study, optuna.Study) and searcher._storage is storage
+    assert isinstance(searcher._completed_trials, set)
+    searcher.on_trial_complete("trial-1", {"loss": 0.5})
+    assert "trial-1" in searcher._completed_trials
+    assert storage.get_all_trials(storage.get_study_id_from_name("searched"))[0].value == 0.5

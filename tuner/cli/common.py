@@ -1,0 +1,134 @@
+"""What every command shares: the consoles, the common options, one-line errors and exit codes, reading
+settings and stored studies, and stopping cleanly on a signal."""
+
+import contextlib
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+
+from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
+from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec import SpecError, StudySpec
+
+
+console = Console(highlight=False)
+
+
+errors = Console(stderr=True, highlight=False, soft_wrap=True)  # an error is one line, however wide
+
+
+options = {"debug": False}
+
+
+Storage = Annotated[Optional[str], typer.Option(
+    "--storage", metavar="URL",
+    help=f"SQLAlchemy URL of the database, e.g. postgresql://user@host/db [default: ${STORAGE_VARIABLE}, "
+         f"else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
+
+
+Artifacts = Annotated[Optional[Path], typer.Option(
+    "--artifacts", metavar="DIR",
+    help=f"where checkpoints are written [default: ${ARTIFACTS_VARIABLE}, else ${HOME_VARIABLE}/artifacts]")]
+
+
+Address = Annotated[Optional[str], typer.Option(
+    "--address", help="Ray cluster to run trials on [default: start a local Ray]")]
+JsonOutput = Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of tables")]
+
+
+def settings_for_reading(storage: str | None) -> Settings:
+    from lm_tuner.tuner.store.engine import ensure_schema
+
+    settings = Settings.from_options(storage, None)
+    ensure_schema(settings.storage_url)
+    return settings
+
+
+@contextlib.contextmanager
+def stopping_cleanly() -> Iterator[None]:
+    """Around work that starts processes (Ray, trials, a worker): SIGINT and SIGTERM raise KeyboardInterrupt, and
+    whatever way the work ends, no process it started is left running."""
+    adopt_orphans()
+    stop_on_signals()
+    try:
+        yield
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_children()
+
+
+def stop_process(process: subprocess.Popen, grace_seconds: float) -> None:
+    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def exit_stopped(how_to_continue: str) -> NoReturn:
+    """After a stop asked for by a signal: 130 for Ctrl-C (SIGINT), as shells expect; 0 for SIGTERM, the way
+    service managers stop a process that then stopped cleanly."""
+    received = stop_signal() or signal.SIGINT
+    errors.print(f"stopped by {signal.Signals(received).name}: running trials were marked interrupted; "
+                 f"{how_to_continue}", style="yellow", markup=False)
+    raise typer.Exit(130 if received == signal.SIGINT else 0) from None
+
+
+def stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["StudySpec", str]:
+    """The stored spec and document of study `name` (the schema created if need be); exits if there is none."""
+    from lm_tuner.tuner.run.queue import stored_spec
+    from lm_tuner.tuner.store.engine import ensure_schema
+
+    quiet_libraries()
+    ensure_schema(settings.storage_url)
+    found = stored_spec(settings.storage_url, name)
+    if found is None:
+        no_such_study(settings, name, missing_exit)
+    return found
+
+
+def quiet_libraries() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def print_error(problem: object) -> None:
+    """One line on stderr, whatever the problem's text."""
+    errors.print("error: " + " ".join(str(problem).split()), style="red", markup=False)
+
+
+def fail(problem: object, exit_code: int) -> NoReturn:
+    print_error(problem)
+    raise typer.Exit(exit_code)
+
+
+def refuse(problem: object) -> NoReturn:
+    """A refused spec, request or option: exit status 2."""
+    fail(problem, 2)
+
+
+def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
+    """The problems of a spec, one line each, with file, line and field (the first `shown` of them)."""
+    for issue in error.issues[:shown]:
+        print_error(issue.render(error.source))
+    if len(error.issues) > shown:
+        print_error(f"{error.source}: ... and {len(error.issues) - shown} more problems")
+    raise typer.Exit(2)
+
+
+def no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
+    fail(f"no study named {name!r} in {settings.storage_url}", exit_code)

@@ -1,0 +1,81 @@
+"""Commands that change a study or the installation: `cancel`, `delete`, `db upgrade`, `kernels build`."""
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from lm_tuner.tuner.settings import Settings
+
+if TYPE_CHECKING:
+    pass
+
+from lm_tuner.tuner.cli.common import Artifacts, Storage, console, fail, no_such_study, refuse, settings_for_reading
+
+
+def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Storage = None) -> None:
+    """Cancel a study: a queued one at once, a running one within seconds (its running trials stop, are
+    marked failed and interrupted, and run again if the study is resumed)."""
+    from lm_tuner.tuner.store.lifecycle import StudyStateError, cancel_study
+
+    settings = settings_for_reading(storage)
+    try:
+        console.print(f"{name}: {cancel_study(settings.storage_url, name)}")
+    except KeyError:
+        no_such_study(settings, name, 1)
+    except StudyStateError as error:
+        refuse(error)
+
+
+def delete(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
+    from lm_tuner.tuner.store.lifecycle import StudyStateError, delete_study
+
+    settings = Settings.from_options(storage, artifacts)
+    settings_for_reading(storage)
+    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints?"):
+        raise typer.Exit(1)
+    try:
+        delete_study(settings.storage_url, name, settings.artifact_root)
+    except KeyError:
+        no_such_study(settings, name, 1)
+    except StudyStateError as error:
+        refuse(error)
+    console.print(f"deleted {name}")
+
+
+db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(storage: Storage = None) -> None:
+    """Create or migrate Optuna's and lm-tuner's tables to the installed version (safe to repeat).
+
+    Run it once before starting several workers on a new PostgreSQL database."""
+    from lm_tuner.tuner.store.engine import current_revision, ensure_schema
+
+    settings = Settings.from_options(storage, None)
+    ensure_schema(settings.storage_url)
+    console.print(f"{settings.storage_url}: schema at revision {current_revision(settings.storage_url)}")
+
+
+kernels_app = typer.Typer(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)
+
+
+@kernels_app.command("build")
+def kernels_build() -> None:
+    """Build the C++ kernels now (else the first trial on a CPU builds them, about 20 s) and print where they are.
+    Exit status 1 where they cannot be built: trials on CPUs then take the slower PyTorch operations."""
+    from lm_tuner.models import cpu_kernels
+
+    directory = cpu_kernels.kernels_directory()
+    try:
+        module = cpu_kernels.load_or_build(directory)
+    except Exception as error:  # no compiler, headers or ninja: several exception types
+        fail(f"the C++ kernels could not be built in {directory} ({error}); recurrent layers on CPUs take the "
+              f"slower PyTorch operations", 1)
+    console.print(module.__file__)

@@ -1,0 +1,159 @@
+"""Commands that run trials: `launch`, `resume`, `sensitivity` and `worker`."""
+
+import logging
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from lm_tuner.tuner.cli.common import (
+    Address,
+    Artifacts,
+    Storage,
+    console,
+    exit_stopped,
+    quiet_libraries,
+    refuse,
+    refuse_spec,
+    stopping_cleanly,
+    stored_study,
+)
+from lm_tuner.tuner.cli.reading import print_study
+from lm_tuner.tuner.settings import Settings
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec import StudySpec
+
+
+def launch(
+    space: Annotated[str, typer.Option(
+        "--space", metavar="FILE|NAME",
+        help="the study spec (YAML or JSON): a file, else a shipped space by name (mogrifier_ptb.yaml, mogrifier_ptb, "
+             "small/mogrifier_ptb; `tuner spaces` lists them)")],
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    address: Address = None,
+) -> None:
+    """Run a study: every family tuned at the same parameter budget, trials run by Ray Tune.
+
+    Launching a spec whose study exists (same name, identical spec) continues it.
+    Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
+    130 interrupted (Ctrl-C).
+    """
+    from lm_tuner.tuner.spec import SpecError
+    from lm_tuner.tuner.spec.shipped import UnknownSpace, resolve_space
+
+    quiet_libraries()
+    try:
+        spec, document = resolve_space(space).read()
+    except UnknownSpace as error:  # before SpecError's ValueError
+        refuse(error)
+    except SpecError as error:
+        refuse_spec(error)
+    settings = Settings.from_options(storage, artifacts, address)
+    _run_study(spec, document, settings)
+
+
+def resume(
+    name: Annotated[str, typer.Argument(help="study name")],
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    address: Address = None,
+) -> None:
+    """Continue a study from the database: trials left running by a stopped controller are marked
+    failed (interrupted) and run again, until every family has its trials. Exit status as for launch."""
+    settings = Settings.from_options(storage, artifacts, address)
+    _run_study(*stored_study(settings, name, missing_exit=2), settings)
+
+
+def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
+    from lm_tuner.tuner.cli.progress import ProgressPrinter
+    from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study
+
+    console.print(
+        f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
+        f"{spec.tuning.trials} trials per family, sampler {spec.tuning.sampler}, "
+        f"{spec.tuning.concurrency} at a time\n[dim]database {settings.storage_url}\n"
+        f"checkpoints {settings.artifact_root}[/dim]"
+    )
+    printer = ProgressPrinter(settings.storage_url, spec.name)
+    try:
+        with stopping_cleanly():
+            final = launch_study(spec, document, settings, callbacks=[printer])
+    except (StudyConflict, StudyRefused) as error:
+        refuse(error)
+    except KeyboardInterrupt:
+        exit_stopped(f"`tuner resume {spec.name}` (or the same launch) continues the study")
+    print_study(settings, spec.name)
+    raise typer.Exit(0 if final == "complete" else 1)
+
+
+def sensitivity(
+    name: Annotated[str, typer.Argument(help="study name")],
+    parameter: Annotated[str, typer.Option("--parameter", "-p", metavar="P",
+                                           help="the hyperparameter to move (one the family searched)")],
+    seeds: Annotated[int, typer.Option(min=1, help="training seeds per moved value (new seeds, as reruns use)")] = 3,
+    points: Annotated[int, typer.Option(min=2, help="moved values across best ± 15% of the range")] = 5,
+    family: Annotated[Optional[str], typer.Option(help="the family whose best to move [default: the best family]")]
+    = None,
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    address: Address = None,
+) -> None:
+    """Measure how sensitive the result is to one hyperparameter: train the best configuration again with P
+    moved to POINTS values evenly across ±15% of its searched range around the best value (on the log scale
+    for log-scaled ranges, clipped to the range), SEEDS seeds each, and print mean ± std of the validation
+    score per value. Runs already made are reused. The dashboard plots the result at
+    /dashboard/studies/NAME/sensitivity. Exit status: 0 done, 1 no such study, 2 a refused request."""
+    from lm_tuner.tuner.run.controller import connect_ray
+    from lm_tuner.tuner.run.sensitivity import (
+        SensitivityError,
+        measured_effect,
+        plan_sensitivity,
+        run_queued_sensitivity,
+    )
+    from lm_tuner.tuner.run.sensitivity import sensitivity_runs as runs_of
+
+    settings = Settings.from_options(storage, artifacts, address)
+    spec, _ = stored_study(settings, name, missing_exit=1)
+    try:
+        plan = plan_sensitivity(settings.storage_url, name, parameter, seeds=seeds, points=points, family=family)
+    except SensitivityError as error:
+        refuse(error)
+    console.print(f"[bold]{name}[/bold]: {plan.family} trial {plan.best_trial_id} with {parameter} = "
+                  f"{plan.best_value:.4g} moved to {', '.join(f'{v:.4g}' for v in plan.values)}; "
+                  f"{len(plan.seeds)} seed(s) each, {plan.queued} new run(s)")
+    try:
+        with stopping_cleanly():
+            connect_ray(settings)
+            run_queued_sensitivity(spec, settings)
+    except KeyboardInterrupt:
+        exit_stopped("the same command continues the runs")
+    effect = measured_effect(runs_of(settings.storage_url, name, parameter))
+    table = Table(parameter, "mean", "std", "runs", title=f"{name} ({plan.family}): measured effect of {parameter}")
+    for row in effect[effect["family"] == plan.family].itertuples():
+        table.add_row(f"{row.value:.4g}", f"{row.mean:.3f}", f"{row.std:.3f}", str(row.count))
+    console.print(table)
+
+
+def worker(
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster to run trials on")] = None,
+    once: Annotated[bool, typer.Option("--once", help="exit when the queue is empty")] = False,
+    poll_seconds: Annotated[float, typer.Option(help="how often to look for queued studies")] = 2.0,
+) -> None:
+    """Run studies submitted over REST (queued in the database), one at a time.
+
+    SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
+    interrupted, to run again), every child process ends; exit status 0."""
+    from lm_tuner.tuner.run.queue import run_worker
+
+    quiet_libraries()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    settings = Settings.from_options(storage, artifacts, address)
+    try:
+        with stopping_cleanly():
+            run_worker(settings, poll_seconds=poll_seconds, once=once)
+    except KeyboardInterrupt:
+        logging.getLogger(__name__).info("worker stopped")

@@ -1,0 +1,94 @@
+"""`tuner serve`: the REST API and the dashboard, with a worker; the only command that imports the web app."""
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from lm_tuner.tuner.settings import Settings
+
+if TYPE_CHECKING:
+    pass
+
+from lm_tuner.tuner.cli.common import Artifacts, Storage, console, refuse, stop_process, stopping_cleanly
+
+TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
+
+
+WORKER_GRACE_SECONDS = 15  # `serve` waits this long for its worker to put its study back, then stops it
+
+
+def serve(
+    storage: Storage = None,
+    artifacts: Artifacts = None,
+    host: Annotated[str, typer.Option(help="interface to listen on (beyond this machine needs authentication on, "
+                                           "or --insecure)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    worker: Annotated[bool, typer.Option(
+        "--worker/--no-worker", help="also start a worker that runs studies submitted over REST")] = True,
+    private_reads: Annotated[bool, typer.Option(
+        "--private-reads", help="reads need a token too (the dashboard then has a sign-in page)")] = False,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="listen beyond this machine with authentication off: anyone who reaches the port can "
+                           "submit, cancel and delete studies")] = False,
+    initial_token: Annotated[Optional[str], typer.Option(
+        "--initial-token", metavar="NAME",
+        help=f"on the first start (authentication off, no token NAME yet) create token NAME and turn "
+             f"authentication on; its secret is ${TOKEN_VARIABLE} if set, else printed once")] = None,
+) -> None:
+    """Serve the REST API (OpenAPI at /docs) and the dashboard (at /dashboard).
+
+    SIGINT or SIGTERM stops it cleanly: no new requests, the worker puts its study back in the queue (its
+    running trials marked interrupted, to run again), every child process ends; exit status 0."""
+    import uvicorn
+
+    from lm_tuner.api.app import create_app
+    from lm_tuner.tuner.store.engine import ensure_schema
+    from lm_tuner.tuner.store.tokens import TokenError, auth_enabled
+    from lm_tuner.tuner.store.tokens import initial_token as first_token
+
+    settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
+    ensure_schema(settings.storage_url)
+    if initial_token is not None:
+        given = os.environ.get(TOKEN_VARIABLE) or None  # compose passes an unset variable as empty
+        try:
+            created = first_token(settings.storage_url, initial_token, given)
+        except TokenError as error:
+            refuse(error)
+        if created is not None:
+            shown = f"its secret is ${TOKEN_VARIABLE}" if given else f"shown only this once: {created}"
+            console.print(f"created API token {initial_token!r} and turned authentication on; {shown}")
+    if not auth_enabled(settings.storage_url):
+        if private_reads:
+            refuse("--private-reads: authentication is off; create a token first (`tuner token create NAME`)")
+        if not _is_loopback(host) and not insecure:
+            refuse(f"--host {host}: listening beyond this machine with authentication off would let anyone who "
+                    f"reaches port {port} submit, cancel and delete studies; create a token (`tuner token create "
+                    f"NAME`), or pass --insecure")
+    with stopping_cleanly():
+        runner = None
+        if worker:
+            runner = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner",
+                                       "worker", "--storage", settings.storage_url,
+                                       "--artifacts", str(settings.artifact_root)])
+        console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
+        try:
+            # uvicorn stops serving on SIGINT or SIGTERM, then raises the signal again: KeyboardInterrupt here.
+            uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if runner is not None:
+                stop_process(runner, WORKER_GRACE_SECONDS)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address `host` names is on this machine only (0.0.0.0 and :: are every interface)."""
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,33 @@
+"""The unit a study's scores are shown in: perplexity for word-level corpora, bits per character for
+character-level ones (docs/methodology.md, evaluation)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lm_tuner.tuner.spec.document import is_character_level
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str  # "perplexity" or "bpc"
+    title: str
+
+    def convert(self, losses: pd.Series | np.ndarray) -> np.ndarray:
+        values = np.asarray(losses, dtype=float)
+        return values / math.log(2) if self.name == "bpc" else np.exp(values)
+
+    def of(self, loss: float | None) -> float | None:
+        return None if loss is None else float(self.convert(np.array([loss]))[0])
+
+
+def unit_of(spec: dict[str, Any]) -> Unit:
+    """The unit of a study's scores, from its spec as stored."""
+    if is_character_level(spec.get("dataset", {})):
+        return Unit("bpc", "validation bits per character")
+    return Unit("perplexity", "validation perplexity")

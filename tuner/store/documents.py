@@ -1,0 +1,115 @@
+"""Studies and trials as JSON documents: what `tuner status|list|best --json` print and what the REST API returns
+(api.schemas builds its responses on these), so both say the same thing in the same fields."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from lm_tuner.tuner.store.progress import StageProgress
+from lm_tuner.tuner.store.views import StudyView, TrialView
+
+
+class CheckpointOut(BaseModel):
+    url: str
+    size_bytes: int
+    sha256: str
+    val_loss: float
+    turn: int
+
+
+class TrialOut(BaseModel):
+    trial_id: int
+    study: str
+    family: str
+    stage: str
+    parent_trial_id: int | None
+    number: int
+    state: str
+    value: float | None
+    perplexity: float | None
+    params: dict[str, Any]
+    hidden_size: int | None
+    parameter_count: int | None
+    seed: int | None
+    fail_reason: str | None
+    turns_reported: int
+    wall_seconds: float | None
+    last_value: float | None
+    checkpoint: CheckpointOut | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, trial: TrialView) -> TrialOut:
+        checkpoint = trial.checkpoint
+        return cls(
+            **{name: getattr(trial, name) for name in cls.model_fields if name not in ("checkpoint", "perplexity")},
+            perplexity=trial.perplexity,
+            checkpoint=None if checkpoint is None else CheckpointOut(
+                url=f"/trials/{trial.trial_id}/checkpoint", size_bytes=checkpoint.size_bytes,
+                sha256=checkpoint.sha256, val_loss=checkpoint.val_loss, turn=checkpoint.turn),
+        )
+
+
+class StageProgressOut(BaseModel):
+    stage: str = Field(description="tune, rerun or dyneval")
+    label: str = Field(description="tuning, reruns or dynamic evaluation")
+    planned: int = Field(description="trials the spec asks for in this stage")
+    settled: int = Field(description="finished trials that count against the plan (an interrupted trial is run "
+                                     "again and does not count); never more than planned")
+    running: int
+    fraction: float = Field(description="settled / planned, 0 to 1")
+    eta_seconds: float | None = Field(description="time the stage's remaining trials need at its finished "
+                                                  "trials' mean duration, run `concurrency` at a time; "
+                                                  "only for the current stage of a running study")
+
+    @classmethod
+    def of(cls, stage: StageProgress) -> StageProgressOut:
+        return cls(**{name: getattr(stage, name) for name in cls.model_fields})
+
+
+class StudyOut(BaseModel):
+    name: str
+    status: str
+    description: str
+    families: list[str]
+    parameter_budget: int
+    trials_per_family: int
+    trials_expected: int = Field(description="trials of every stage the spec asks for")
+    trials_finished: int = Field(description="of those, trials that count against the plan")
+    progress: float = Field(description="trials_finished / trials_expected, 0 to 1")
+    eta_seconds: float | None = Field(description="time left in the current stage (see current_stage)")
+    current_stage: str | None = Field(description="the first stage with trials left")
+    stages: list[StageProgressOut]
+    counts: dict[str, int] = Field(description="tuning trials by state")
+    best: TrialOut | None
+    best_perplexity: float | None
+    best_family: str | None
+    best_possible_perplexity: float | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+    @classmethod
+    def of(cls, study: StudyView) -> StudyOut:
+        best, progress = study.best, study.progress
+        current = progress.current
+        derived = ("best", "best_perplexity", "best_family", "progress", "eta_seconds", "current_stage", "stages")
+        return cls(
+            **{name: getattr(study, name) for name in cls.model_fields if name not in derived},
+            progress=progress.fraction,
+            eta_seconds=progress.eta_seconds,
+            current_stage=None if current is None else current.stage,
+            stages=[StageProgressOut.of(stage) for stage in progress.stages],
+            best=None if best is None else TrialOut.of(best),
+            best_perplexity=None if best is None else best.perplexity,
+            best_family=None if best is None else best.family,
+        )
+
+
+class StudyDetailOut(StudyOut):
+    spec: dict[str, Any]
