@@ -1,4 +1,5 @@
-"""The built-in families' parameter counts in closed form, from the layer shapes (docs/methodology.md, section 1).
+"""The built-in families' parameter counts in closed form, from the layer shapes
+(docs/methodology.md#equal-parameter-budgets).
 
 Exact and cheap (no model is built), which the hidden-size solver needs: it counts dozens of shapes per trial.
 """

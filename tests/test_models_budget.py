@@ -1,4 +1,5 @@
-"""Parameter budgets: the closed-form count, the METHODOLOGY.md test vectors and the hidden-size solver."""
+"""Parameter budgets: the closed-form count, the test vectors of docs/methodology.md#equal-parameter-budgets and
+the hidden-size solver."""
 
 import itertools
 from dataclasses import replace
@@ -7,7 +8,7 @@ import pytest
 
 from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, count_parameters, solve_hidden_size
 
-# METHODOLOGY.md section 1: (configuration, budget, hidden size, parameter count).
+# docs/methodology.md#equal-parameter-budgets: (configuration, budget, hidden size, parameter count).
 TEST_VECTORS = [
     (dict(vocab_size=10001, num_layers=1, input_embedding_ratio=0.224374398589), 10_000_000, 1194, 9_997_549),
     (dict(vocab_size=10001, num_layers=4), 24_000_000, 723, 23_979_620),

@@ -1,4 +1,5 @@
-"""The cells against METHODOLOGY.md section 1: equations, the input-gate cap, the Mogrifier, initialisation."""
+"""The cells against docs/methodology.md#model-families: equations, the input-gate cap, the Mogrifier,
+initialisation."""
 
 import math
 
