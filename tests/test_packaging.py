@@ -75,7 +75,11 @@ def test_compose_services_are_wired_together():
         assert "@postgres:5432/" in service["environment"]["LM_TUNER_STORAGE"]
     gpu = services["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
-    assert services["runner"]["command"] == ["worker"] and services["api"]["command"][0] == "serve"
+    assert services["api"]["command"][0] == "serve"
+    # the runner's driver joins the Ray cluster as a node (a driver off the cluster cannot connect), then runs
+    runner = services["runner"]
+    assert runner["entrypoint"] == ["sh", "-c"] and runner["command"][0].startswith("ray start --address=ray-head:6379")
+    assert runner["command"][0].endswith("&& exec tuner worker")
     # No open doors: the API listens on every interface with authentication on from its first start (its token
     # from $LM_TUNER_API_TOKEN, else printed once), and Ray's dashboard, which runs jobs, is on loopback only.
     api = services["api"]
