@@ -219,3 +219,30 @@ def test_a_fresh_model_has_near_uniform_loss(tmp_path: Path) -> None:
     model = LanguageModel(ModelConfig(vocab_size=50, hidden_size=8, num_layers=1))
     loss = cross_entropy(model, torch.randint(0, 50, (500,)), 2, 10)
     assert loss == pytest.approx(math.log(50), rel=0.1)
+
+
+def test_windows_carry_the_state_so_their_length_does_not_change_the_loss(trained) -> None:
+    corpus, path = trained
+    model = load_checkpoint(path).model
+    batched = batchify(corpus.valid, 4)
+    with torch.no_grad():  # reference: each stream in one forward pass, no windows at all
+        logits, _ = model(batched[:-1], model.initial_state(4))
+        whole = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batched[1:].reshape(-1))
+    for bptt in (7, 20, 1000):
+        assert cross_entropy(model, corpus.valid, 4, bptt) == pytest.approx(whole.item(), rel=1e-5)
+    assert not model.training and all(p.grad is None for p in model.parameters())
+
+
+def test_a_mogrifier_evaluates_with_several_threads():
+    """The mogrifier's CPU kernels split the batch over threads and update buffers in place: evaluation must not
+    make them inference tensors (as torch.inference_mode would)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(0)
+        model = LanguageModel(ModelConfig(vocab_size=100, hidden_size=64, family="mogrifier", mogrifier_rounds=2,
+                                          mogrifier_rank=14)).eval()
+        loss = cross_entropy(model, torch.randint(0, 100, (2000,)), batch_size=16, bptt=35)
+    finally:
+        torch.set_num_threads(threads)
+    assert math.isfinite(loss) and 4.0 < loss < 5.5  # about ln(100) for an untrained model

@@ -3,7 +3,10 @@ search, and the test protocol.
 
 Every evaluation reads a split as parallel streams cut into windows, with the state carried across
 windows; at batch size 1 that is one continuous stream. Losses are summed in float64, window by
-window, so two evaluations that score the same windows agree exactly.
+window, so two evaluations that score the same windows agree exactly. The sums stay on the model's
+device until the end (one synchronisation per evaluation, not one per window), and no autograd
+bookkeeping is done (`torch.no_grad`; not `inference_mode`, whose tensors the mogrifier's CPU kernels may not
+update in place).
 """
 
 from __future__ import annotations
@@ -40,28 +43,40 @@ def evaluation_mode(model: LanguageModel) -> Iterator[LanguageModel]:
         model.train(was_training)
 
 
-def window_logits(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int,
-               rows_per_stream: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
-    """Logits and targets of each window, the state carried; `rows_per_stream` copies of every stream."""
-    device = model.output_bias.device
-    batched = batchify(stream, batch_size).to(device)
-    state = model.initial_state(batch_size * rows_per_stream)
+def streams(model: LanguageModel, stream: Tensor, batch_size: int) -> Tensor:
+    """A split as `batch_size` parallel streams (time, batch) on the model's device, ready to be scored."""
+    return batchify(stream, batch_size).to(model.output_bias.device)
+
+
+def scored_tokens(batched: Tensor) -> int:
+    """Tokens an evaluation of these streams scores: every token but each stream's first is a target."""
+    return (batched.shape[0] - 1) * batched.shape[1]
+
+
+def window_logits(model: LanguageModel, batched: Tensor, bptt: int,
+                  rows_per_stream: int = 1) -> Iterator[tuple[Tensor, Tensor]]:
+    """Logits and targets of each window of `streams`, the state carried; `rows_per_stream` copies of every stream."""
+    state = model.initial_state(batched.shape[1] * rows_per_stream)
     for inputs, targets in windows(batched, bptt):
         logits, state = model(sample_rows(inputs, rows_per_stream), state)
         yield logits, targets
 
 
-@torch.no_grad()
 def cross_entropy(model: LanguageModel, stream: Tensor, batch_size: int, bptt: int, *,
                   logit_scale: float = 1.0) -> float:
     """Mean negative log-likelihood in nats per token, dropout off; logits are multiplied by `logit_scale`."""
-    total, count = 0.0, 0
+    return streams_cross_entropy(model, streams(model, stream, batch_size), bptt, logit_scale=logit_scale)
+
+
+@torch.no_grad()
+def streams_cross_entropy(model: LanguageModel, batched: Tensor, bptt: int, *, logit_scale: float = 1.0) -> float:
+    """`cross_entropy` of a split already cut into parallel streams by `streams` (a training run cuts its
+    validation split once, not at every evaluation)."""
+    total = torch.zeros((), dtype=torch.float64, device=batched.device)
     with evaluation_mode(model):
-        for logits, targets in window_logits(model, stream, batch_size, bptt):
-            nll = token_nll(logits, targets, logit_scale)
-            total += nll.double().sum().item()
-            count += nll.numel()
-    return total / count
+        for logits, targets in window_logits(model, batched, bptt):
+            total += token_nll(logits, targets, logit_scale).double().sum()
+    return total.item() / scored_tokens(batched)
 
 
 @torch.no_grad()
@@ -77,12 +92,13 @@ def monte_carlo_cross_entropy(model: LanguageModel, stream: Tensor, batch_size: 
     if samples < 1:
         raise ValueError(f"samples: got {samples}; allowed: an integer >= 1")
     group = max(1, min(samples, max_rows // batch_size))
+    batched = streams(model, stream, batch_size)
     log_probability_sums: list[Tensor] | None = None  # per window: ln sum over samples of p, (time, batch)
     with monte_carlo_dropout(model, multiplier):
         for first in range(0, samples, group):
             size = min(group, samples - first)
             sums = []
-            for logits, targets in window_logits(model, stream, batch_size, bptt, rows_per_stream=size):
+            for logits, targets in window_logits(model, batched, bptt, rows_per_stream=size):
                 nll = token_nll(logits, sample_rows(targets, size), logit_scale)
                 sums.append(torch.logsumexp(-nll.view(nll.shape[0], size, batch_size).double(), dim=1))
             log_probability_sums = sums if log_probability_sums is None else [
@@ -108,12 +124,13 @@ def search_logit_scale(model: LanguageModel, stream: Tensor, batch_size: int, bp
     One forward pass scores every grid value; the stopping rule then picks among the values it would
     have tried one by one.
     """
-    totals, count = dict.fromkeys(LOGIT_SCALES, 0.0), 0
+    batched = streams(model, stream[:tokens], batch_size)
+    sums = torch.zeros(len(LOGIT_SCALES), dtype=torch.float64, device=batched.device)
     with evaluation_mode(model):
-        for logits, targets in window_logits(model, stream[:tokens], batch_size, bptt):
-            for scale in LOGIT_SCALES:
-                totals[scale] += token_nll(logits, targets, scale).double().sum().item()
-            count += targets.numel()
+        for logits, targets in window_logits(model, batched, bptt):
+            sums += torch.stack([token_nll(logits, targets, scale).double().sum() for scale in LOGIT_SCALES])
+    totals = dict(zip(LOGIT_SCALES, sums.tolist(), strict=True))
+    count = scored_tokens(batched)
     tried: dict[float, float] = {}
     best, since_best = LOGIT_SCALES[0], 0
     for scale in LOGIT_SCALES:

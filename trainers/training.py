@@ -1,4 +1,6 @@
-"""The training loop: turns of optimisation steps, each followed by a validation evaluation.
+"""The training loop: turns of optimisation steps, each followed by a validation evaluation (of the
+whole validation split, or of its first `validation_tokens` tokens; each report says which, and how
+long the turn spent training and evaluating).
 
 The best validation score over turns is the run's result, and the weights that scored it (averaged
 ones when an averaging strategy reports them) are kept as the best checkpoint. Progress leaves
@@ -13,6 +15,7 @@ which `train(..., resume_from=...)` continues to exactly the numbers of an unint
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +63,11 @@ def train(
     finished = run.progress() >= 1
     while not finished:
         try:
+            started = time.perf_counter()
             train_loss, tokens_per_second = run.train_turn()
+            trained = time.perf_counter()
             evaluated = run.evaluate()
+            train_seconds, eval_seconds = trained - started, time.perf_counter() - trained
         except Diverged as divergence:
             if run.divergences == config.schedule.divergence_retries:
                 raise TrainingDiverged(
@@ -79,10 +85,13 @@ def train(
             run.turn, run.step, train_loss, evaluated.loss, run.best_val_loss, improved, tokens_per_second,
             run.stopwatch.wall(), process_seconds=run.stopwatch.process(), averaging_length=evaluated.length,
             learning_rate=run.learning_rate, divergences=run.divergences, epochs=run.stream.epochs, final=finished,
+            train_seconds=train_seconds, eval_seconds=eval_seconds, val_tokens=run.validation_tokens,
+            val_subset=run.validation_subset,
         )
         run.reports.append(report)
         last_good = run.state_dict()
-        turn_metadata = {**metadata, "val_loss": evaluated.loss, "turn": run.turn, "step": run.step,
+        turn_metadata = {**metadata, "val_loss": evaluated.loss, "val_tokens": run.validation_tokens,
+                         "val_subset": run.validation_subset, "turn": run.turn, "step": run.step,
                          "averaging_length": evaluated.length, "training": config.model_dump()}
         with swapped_weights(run.model, evaluated.weights):
             if improved and checkpoint_path is not None:

@@ -31,6 +31,11 @@ class Schedule(BaseModel):
     bptt: int = Field(35, ge=2, description="window length of truncated backpropagation through time")
     variable_bptt: bool = Field(False, description="draw window lengths around bptt as AWD-LSTM does")
     eval_batch_size: int = Field(16, ge=1, description="parallel streams when evaluating")
+    validation_tokens: int | None = Field(
+        None, ge=1, description="score only the first N tokens of the validation split after each turn (the same "
+                                "tokens for every trial, turn and family; at least eval_batch_size x (bptt + 1), "
+                                "one window per stream); the best trials are scored on the whole split when tuning "
+                                "ends. Unset: the whole split every turn")
     max_grad_norm: float = Field(10.0, gt=0, description="global gradient-norm clipping threshold")
     optimizer: Literal["adam", "radam"] = Field("adam", description="Adam or Rectified Adam, both with beta1 = 0")
     averaging: AveragingConfig = Field(NoAveragingConfig(), description="which weights are evaluated")
@@ -46,12 +51,25 @@ class Schedule(BaseModel):
             raise ValueError(f"turns and {given[0]} are both budgets; give one")
         return self
 
+    @model_validator(mode="after")
+    def _a_window_per_stream(self) -> Schedule:
+        smallest = self.eval_batch_size * (self.bptt + 1)
+        if self.validation_tokens is not None and self.validation_tokens < smallest:
+            raise ValueError(f"validation_tokens: got {self.validation_tokens}; allowed: at least eval_batch_size x "
+                             f"(bptt + 1) = {smallest}, one window for each evaluation stream, or unset to score "
+                             f"the whole validation split")
+        return self
+
     @model_serializer(mode="wrap")
-    def _without_unused_turns(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave `turns` out where another budget rules, so a dumped schedule validates again."""
+    def _without_unused_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave `turns` out where another budget rules, so a dumped schedule validates again, and an unset
+        `validation_tokens`, so the schedule of a study stored before that field existed dumps as it was stored
+        (a relaunch continues a study only when its spec is identical)."""
         data = handler(self)
         if any(getattr(self, name) is not None for name in BUDGETS):
             data.pop("turns", None)
+        if self.validation_tokens is None:
+            data.pop("validation_tokens", None)
         return data
 
 

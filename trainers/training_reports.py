@@ -29,6 +29,14 @@ class TurnReport:
     """Passes over the training split so far."""
     final: bool = False
     """The budget is used up: this is the last turn."""
+    train_seconds: float = 0.0
+    """Wall-clock seconds of this turn's optimisation steps."""
+    eval_seconds: float = 0.0
+    """Wall-clock seconds of this turn's validation evaluation."""
+    val_tokens: int = 0
+    """Validation tokens `val_loss` is the mean over."""
+    val_subset: bool = False
+    """`val_loss` covers only the first tokens of the validation split (the schedule's `validation_tokens`)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from lm_tuner.trainers.averaging import Evaluated, make_averaging
 from lm_tuner.trainers.batching import TrainingStream, batchify
 from lm_tuner.trainers.checkpoint import load_training_state
 from lm_tuner.trainers.corpus import Corpus
-from lm_tuner.trainers.evaluation import cross_entropy
+from lm_tuner.trainers.evaluation import scored_tokens, streams_cross_entropy
 from lm_tuner.trainers.objective import multi_sample_nll
 from lm_tuner.trainers.stopwatch import Stopwatch
 from lm_tuner.trainers.training_config import TrainingConfig
@@ -54,6 +54,9 @@ class TrainingRun:
                                      variable_length=schedule.variable_bptt,
                                      generator=torch.Generator().manual_seed(config.seed))
         self.averaging = make_averaging(schedule.averaging, self.params)
+        validation = corpus.valid[:schedule.validation_tokens]  # the first N tokens, the same in every run
+        self.validation = batchify(validation, schedule.eval_batch_size).to(device)  # cut once, scored every turn
+        self.validation_subset = validation.numel() < corpus.valid.numel()
         self.rows = schedule.batch_size * schedule.dropout_samples  # every stream once per dropout sample
         self.hidden = self.model.initial_state(self.rows)
         self.step = self.turn = self.best_turn = self.divergences = 0
@@ -116,9 +119,14 @@ class TrainingRun:
             raise Diverged(f"after step {self.step} the validation loss is {evaluated.loss}")
         return evaluated
 
+    @property
+    def validation_tokens(self) -> int:
+        """Tokens each evaluation scores."""
+        return scored_tokens(self.validation)
+
     def _validation_loss(self, weights: Sequence[Tensor]) -> float:
         with swapped_weights(self.model, weights):
-            return cross_entropy(self.model, self.corpus.valid, self.schedule.eval_batch_size, self.schedule.bptt)
+            return streams_cross_entropy(self.model, self.validation, self.schedule.bptt)
 
     def recover(self, good_state: dict[str, Any]) -> None:
         """Back to `good_state` (time keeps running), with the learning rate x0.9."""

@@ -1,4 +1,5 @@
-"""Evaluation work that runs on Ray workers: the test protocol on a checkpoint, and stage-2 trials.
+"""Evaluation work that runs on Ray workers: the test protocol on a checkpoint, a checkpoint tuned on a
+validation subset scored on the whole split, and stage-2 trials.
 
 Stage 2 tunes dynamic evaluation on validation for one checkpoint: each trial adapts the model with
 sampled settings (segment length, learning rate, decay, epsilon) and reports the validation loss.
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from lm_tuner.trainers import (
     DynamicEvaluationConfig,
+    cross_entropy,
     default_device,
     dynamic_cross_entropy,
     evaluate_checkpoint,
@@ -38,6 +40,16 @@ def run_test_protocol(spec_data: dict[str, Any], checkpoint: str, threads: int) 
                                  search_temperature=settings.temperature, mc_samples=settings.mc_samples,
                                  mc_multiplier=settings.mc_multiplier, device=default_device())
     return asdict(result)
+
+
+def run_full_validation(spec_data: dict[str, Any], checkpoint: str, threads: int) -> float:
+    """A checkpoint's loss on the whole validation split, scored as a turn scores it (the schedule's
+    eval_batch_size and bptt), so that it stands in for the subset loss it was chosen by."""
+    spec = StudySpec.model_validate(spec_data)
+    configure_torch(spec, threads)
+    model = load_checkpoint(Path(checkpoint), default_device()).model
+    schedule = spec.training
+    return cross_entropy(model, load_corpus(spec.dataset).valid, schedule.eval_batch_size, schedule.bptt)
 
 
 def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[str, Any], logit_scale: float,

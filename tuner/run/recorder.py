@@ -1,26 +1,36 @@
 """A Ray Tune callback, in the controller process, that writes what trials report to the database.
 
 Optuna's tables get states and values from the searcher; this adds the learning curve (one row per
-turn), the best checkpoint of each trial and the reason a trial failed.
+turn), the best checkpoint of each trial, what its evaluations cost and covered, and the reason a
+trial failed. It also warns, once per study, when evaluating takes a large share of a trial's time.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ray.tune import Callback
-from sqlalchemy import delete
+from sqlalchemy import delete, func, select
 
 from lm_tuner.tuner.run.reporting import FAILED
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import CheckpointRecord, TrialRecord, TurnRecord
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
-               "process_seconds", "averaging_length", "learning_rate", "epochs")
+               "process_seconds", "averaging_length", "learning_rate", "epochs", "train_seconds", "eval_seconds",
+               "val_tokens", "val_subset")
+
+EVALUATION_SHARE_LIMIT = 0.25
+"""Beyond this share of a trial's time spent evaluating, the study is warned about (once)."""
+
+log = logging.getLogger("lm_tuner")
 
 
 class StudyRecorder(Callback):
+    _warned_studies: ClassVar[set[str]] = set()  # in this controller process, over all of a study's experiments
+
     def __init__(self, storage_url: str) -> None:
         self._url = storage_url  # Ray pickles callbacks: keep a URL, not an engine
 
@@ -33,9 +43,14 @@ class StudyRecorder(Callback):
             session.execute(delete(TurnRecord).where(TurnRecord.trial_id == trial_id,
                                                      TurnRecord.turn == result["turn"]))
             session.add(TurnRecord(trial_id=trial_id, **{name: result[name] for name in TURN_FIELDS}))
+            session.flush()
             record = session.get(TrialRecord, trial_id)
             if record is not None:
                 record.turns_reported, record.wall_seconds = result["turn"], result["wall_seconds"]
+                record.val_tokens, record.val_subset = result["val_tokens"], result["val_subset"]
+                record.train_seconds, record.eval_seconds = session.execute(
+                    select(func.sum(TurnRecord.train_seconds), func.sum(TurnRecord.eval_seconds))
+                    .where(TurnRecord.trial_id == trial_id)).one()
             if "checkpoint_path" in result:
                 session.merge(CheckpointRecord(
                     trial_id=trial_id,
@@ -45,6 +60,22 @@ class StudyRecorder(Callback):
                     val_loss=result["val_loss"],
                     turn=result["turn"],
                 ))
+        if record is not None:
+            self._warn_if_evaluation_dominates(record, subset=result["val_subset"])
+
+    def _warn_if_evaluation_dominates(self, record: TrialRecord, *, subset: bool) -> None:
+        evaluating, training = record.eval_seconds or 0.0, record.train_seconds or 0.0
+        if record.study_name in self._warned_studies or evaluating + training <= 0:
+            return
+        share = evaluating / (evaluating + training)
+        if share <= EVALUATION_SHARE_LIMIT:
+            return
+        self._warned_studies.add(record.study_name)
+        fix = ("lower training.validation_tokens" if subset else
+               "set training.validation_tokens to score a fixed subset of the validation split after each turn")
+        log.warning("study %r, family %r: evaluation took %.0f%% of trial %d's time so far (%.1f s of %.1f s), more "
+                    "than %.0f%%; %s, or raise training.steps_per_turn", record.study_name, record.family,
+                    100 * share, record.number, evaluating, evaluating + training, 100 * EVALUATION_SHARE_LIMIT, fix)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         with sessions(self._url).begin() as session:

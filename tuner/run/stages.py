@@ -1,4 +1,5 @@
-"""After tuning: reruns with new seeds, the test protocol on the final checkpoints, and stage 2.
+"""After tuning: reruns with new seeds, the whole validation split for checkpoints tuned on a subset of it,
+the test protocol on the final checkpoints, and stage 2.
 
 Every step is idempotent: it looks at what the database already holds and does only what is
 missing, so a resumed study continues where it stopped.
@@ -16,7 +17,12 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from lm_tuner.tuner.run.evaluation_jobs import run_dynamic_evaluation_trial, run_dynamic_test, run_test_protocol
+from lm_tuner.tuner.run.evaluation_jobs import (
+    run_dynamic_evaluation_trial,
+    run_dynamic_test,
+    run_full_validation,
+    run_test_protocol,
+)
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
 from lm_tuner.tuner.run.strategies import make_sampler
@@ -81,12 +87,36 @@ def final_trials(url: str, spec: StudySpec, family: str) -> list[TrialRecord]:
     return top_trials(url, spec.name, family, "tune", 1)
 
 
-def run_test_protocols(spec: StudySpec, settings: Settings) -> None:
-    """Deterministic (and Monte-Carlo) validation and test losses of every final checkpoint, in parallel."""
-    url = settings.storage_url
+def evaluated_trials(url: str, spec: StudySpec) -> list[TrialRecord]:
+    """The trials whose checkpoints are evaluated after tuning: the final ones, and each family's best tuning run."""
     targets = [trial for family in spec.families for trial in final_trials(url, spec, family)]
     if spec.reruns is not None:  # the single best tuning run is reported too
         targets += [best for family in spec.families for best in top_trials(url, spec.name, family, "tune", 1)]
+    return targets
+
+
+def run_full_validations(spec: StudySpec, settings: Settings) -> None:
+    """Where turns scored only the first `training.validation_tokens` tokens of the validation split: the
+    evaluated checkpoints (`evaluated_trials`) scored on the whole split, in parallel, as each trial's
+    `full_value`. Call it once tuning (and reruns, to cover their checkpoints too) is over."""
+    if spec.training.validation_tokens is None:
+        return
+    url = settings.storage_url
+    pending = [trial for trial in evaluated_trials(url, spec) if trial.val_subset and trial.full_value is None]
+    task = ray.remote(run_full_validation).options(**_task_resources(spec))
+    futures = {trial.trial_id: task.remote(spec.model_dump(mode="json"), str(_checkpoint(settings, spec, trial)),
+                                           int(spec.resources.cpus_per_trial))
+               for trial in pending}
+    for trial_id, future in futures.items():
+        loss = ray.get(future)
+        with sessions(url).begin() as session:
+            session.get(TrialRecord, trial_id).full_value = loss
+
+
+def run_test_protocols(spec: StudySpec, settings: Settings) -> None:
+    """Deterministic (and Monte-Carlo) validation and test losses of every final checkpoint, in parallel."""
+    url = settings.storage_url
+    targets = evaluated_trials(url, spec)
     with sessions(url)() as session:
         done = set(session.scalars(select(EvaluationRecord.trial_id).where(
             EvaluationRecord.kind == "deterministic")))

@@ -41,6 +41,14 @@ class TrialOut(BaseModel):
     checkpoint: CheckpointOut | None
     started_at: datetime | None
     finished_at: datetime | None
+    train_seconds: float | None = Field(description="of wall_seconds, the optimisation steps (all turns)")
+    eval_seconds: float | None = Field(description="of wall_seconds, the validation evaluations (all turns)")
+    val_tokens: int | None = Field(description="validation tokens that value and last_value are means over")
+    val_subset: bool | None = Field(description="true: value is on the first val_tokens tokens of the validation "
+                                                "split only (training.validation_tokens); see full_value")
+    full_value: float | None = Field(description="where val_subset: the best checkpoint's loss on the whole "
+                                                 "validation split, scored once tuning is over")
+    full_perplexity: float | None
 
     @classmethod
     def of(cls, trial: TrialView) -> TrialOut:

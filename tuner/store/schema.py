@@ -69,6 +69,7 @@ class StudyRecord(Base):
     controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     error: Mapped[str | None] = mapped_column(Text)
+    artifact_root: Mapped[str | None] = mapped_column(Text)  # where its checkpoints are stored
 
 
 class TrialCountRecord(Base):
@@ -113,6 +114,11 @@ class TrialRecord(Base):
     interrupted: Mapped[bool] = mapped_column(default=False)  # failed because its controller stopped
     turns_reported: Mapped[int] = mapped_column(Integer, default=0)
     wall_seconds: Mapped[float | None] = mapped_column(Float)  # training time up to the last report
+    train_seconds: Mapped[float | None] = mapped_column(Float)  # of which optimisation steps, over its turns
+    eval_seconds: Mapped[float | None] = mapped_column(Float)  # and validation evaluations
+    val_tokens: Mapped[int | None] = mapped_column(Integer)  # validation tokens its losses are means over
+    val_subset: Mapped[bool | None] = mapped_column()  # those are the split's first tokens only, not all of it
+    full_value: Mapped[float | None] = mapped_column(Float)  # best checkpoint on the whole split (if val_subset)
 
 
 class TurnRecord(Base):
@@ -132,6 +138,10 @@ class TurnRecord(Base):
     averaging_length: Mapped[int | None] = mapped_column(Integer)  # iterates averaged (1: raw weights)
     learning_rate: Mapped[float | None] = mapped_column(Float)  # lowered by divergence recovery
     epochs: Mapped[float | None] = mapped_column(Float)
+    train_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's optimisation steps
+    eval_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's validation evaluation
+    val_tokens: Mapped[int | None] = mapped_column(Integer)  # validation tokens val_loss is the mean over
+    val_subset: Mapped[bool | None] = mapped_column()  # val_loss covers the split's first tokens only
 
 
 class CheckpointRecord(Base):

@@ -49,7 +49,7 @@ class TrialView:
     parent_trial_id: int | None  # what a rerun repeats, or whose checkpoint a stage-2 trial adapts
     number: int
     state: str
-    value: float | None  # best validation cross-entropy, nats/token (COMPLETE trials only)
+    value: float | None  # best validation cross-entropy, nats/token (COMPLETE trials only); see val_subset
     params: dict[str, Any]
     hidden_size: int | None
     parameter_count: int | None
@@ -61,10 +61,19 @@ class TrialView:
     checkpoint: CheckpointView | None
     started_at: datetime | None
     finished_at: datetime | None
+    train_seconds: float | None  # of wall_seconds: optimisation steps, summed over its turns
+    eval_seconds: float | None  # and validation evaluations
+    val_tokens: int | None  # validation tokens value and last_value are means over
+    val_subset: bool | None  # those are the first tokens of the split only (training.validation_tokens)
+    full_value: float | None  # where val_subset: its best checkpoint on the whole split, once scored after tuning
 
     @property
     def perplexity(self) -> float | None:
         return None if self.value is None else math.exp(self.value)
+
+    @property
+    def full_perplexity(self) -> float | None:
+        return None if self.full_value is None else math.exp(self.full_value)
 
 
 @dataclass(frozen=True)
