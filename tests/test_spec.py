@@ -137,3 +137,16 @@ def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spe
     finally:
         torch.set_float32_matmul_precision(previous[0])
         torch.set_num_threads(previous[1])
+
+
+@pytest.mark.parametrize("dataset, character_level", [
+    ({"name": "ptb"}, False), ({"name": "ptb-char"}, True), ({"format": "enwik8", "path": "x"}, True),
+    ({"format": "text", "path": "x"}, False), ({"format": "text", "path": "x", "level": "word"}, False),
+    ({"format": "text", "path": "x", "level": "char"}, True),
+])
+def test_scores_are_in_bits_per_character_exactly_for_character_level_corpora(dataset, character_level):
+    from lm_tuner.tuner.spec import is_character_level
+    from lm_tuner.tuner.spec.units import unit_of
+
+    assert is_character_level(dataset) is character_level
+    assert unit_of({"dataset": dataset}).name == ("bpc" if character_level else "perplexity")

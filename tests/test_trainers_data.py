@@ -17,6 +17,7 @@ from lm_tuner.trainers import (
     LocalDatasetConfig,
     MarkovCorpusConfig,
     ReverseCopyConfig,
+    TextDatasetConfig,
     dataset_from_dict,
     load_corpus,
 )
@@ -24,7 +25,7 @@ from lm_tuner.trainers.batching import TrainingStream, batchify, windows
 from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums
 from lm_tuner.trainers.datasets import FormatName, RegisteredName, local_corpus
 from lm_tuner.trainers.files import sha256_of
-from lm_tuner.trainers.registry import LAYOUTS, REGISTRY, Layout, RegisteredDataset, fetch_dataset
+from lm_tuner.trainers.registry import LAYOUTS, REGISTRY, TEXT_LAYOUTS, Layout, RegisteredDataset, fetch_dataset
 from lm_tuner.trainers.text import TextSource, read_corpus
 
 SHARED_PTB = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "ptb"
@@ -71,6 +72,56 @@ def test_empty_split_and_missing_file_say_which_file(tmp_path: Path) -> None:
         local_corpus(LocalDatasetConfig(path=str(folder), format="ptb"))
     with pytest.raises(FileNotFoundError, match="no folder at .*nowhere.*ptb.train.txt"):
         local_corpus(LocalDatasetConfig(path=str(tmp_path / "nowhere"), format="ptb"))
+
+
+def test_the_error_policy_refuses_unknown_tokens_even_where_train_has_a_literal_unk(tmp_path: Path) -> None:
+    folder = write_ptb(tmp_path, train="a <unk> b\n", valid="zebra\n")
+    with pytest.raises(ValueError, match="'zebra'"):
+        local_corpus(LocalDatasetConfig(path=str(folder), format="ptb"))
+
+
+def write_text(folder: Path, train: str, valid: str, test: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, text in (("train", train), ("valid", valid), ("test", test)):
+        (folder / f"{split}.txt").write_bytes(text.encode("utf-8"))
+    return folder
+
+
+def test_text_format_by_word_keeps_words_seen_min_count_times(tmp_path: Path) -> None:
+    folder = write_text(tmp_path, train="a b a\nc a b", valid="a z\n", test="\nb b\n")
+    corpus = load_corpus(TextDatasetConfig(path=str(folder), format="text", min_count=2))
+    assert corpus.vocabulary.tokens == ("a", "b", EOS, "<unk>")  # c occurs once
+    assert corpus.train.tolist() == [0, 1, 0, 2, 3, 0, 1, 2]  # the last line gets its <eos> too
+    assert corpus.valid.tolist() == [0, 3, 2]
+    assert corpus.test.tolist() == [2, 1, 1, 2]
+    every_word = load_corpus(TextDatasetConfig(path=str(folder), format="text"))
+    assert every_word.vocabulary.tokens == ("a", "b", EOS, "c", "<unk>")
+
+
+def test_text_format_by_character_reads_utf8_with_any_line_break(tmp_path: Path) -> None:
+    folder = write_text(tmp_path, train="é b\r\nb\rb", valid="éx\n", test="b\n")
+    corpus = load_corpus(TextDatasetConfig(path=str(folder), format="text", level="char"))
+    assert corpus.vocabulary.tokens == ("é", " ", "b", EOS, "<unk>")
+    assert corpus.train.tolist() == [0, 1, 2, 3, 2, 3, 2, 3]
+    assert corpus.valid.tolist() == [0, 4, 3]
+    (folder / "test.txt").write_bytes(b"\xff\n")
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        read_corpus(TEXT_LAYOUTS["char"].sources(folder), "characters", "unk", "latin-1 test")
+
+
+def test_text_format_fields_name_what_is_allowed() -> None:
+    with pytest.raises(ValidationError, match="'word' or 'char'") as caught:
+        dataset_from_dict({"path": "/data", "format": "text", "level": "words"})
+    assert caught.value.errors()[0]["loc"] == ("level",)
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        dataset_from_dict({"path": "/data", "format": "text", "min_count": 0})
+    with pytest.raises(ValidationError, match="unknown field; allowed: path, format, level, min_count"):
+        dataset_from_dict({"path": "/data", "format": "text", "unknown_tokens": "unk"})
+    with pytest.raises(ValidationError, match="unknown format 'txt'; allowed: ptb, ptb-char, wikitext, enwik8, text8, "
+                                              "text"):
+        dataset_from_dict({"path": "/data", "format": "txt"})
+    with pytest.raises(ValueError, match="min_count: got 2 with unknown_tokens 'error'"):
+        read_corpus({}, "lines", "error", "rare", min_count=2)
 
 
 def test_a_local_folder_is_verified_against_its_sha256sums(tmp_path: Path) -> None:
@@ -179,6 +230,17 @@ def test_real_ptb_matches_the_pinned_checksums_and_standard_sizes() -> None:
     assert (corpus.train.numel(), corpus.valid.numel(), corpus.test.numel()) == (929_589, 73_760, 82_430)
 
 
+@pytest.mark.skipif(not SHARED_PTB.is_dir(), reason=f"no PTB files at {SHARED_PTB}")
+def test_real_ptb_as_plain_text_reads_like_the_ptb_format(tmp_path: Path) -> None:
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").symlink_to(SHARED_PTB / f"ptb.{split}.txt")
+    text = load_corpus(TextDatasetConfig(path=str(tmp_path), format="text"))
+    ptb = load_corpus(LocalDatasetConfig(path=str(SHARED_PTB), format="ptb"))
+    assert text.vocabulary == ptb.vocabulary  # PTB's own <unk> is the unknown word
+    for split in ("train", "valid", "test"):
+        assert torch.equal(getattr(text, split), getattr(ptb, split))
+
+
 def test_batchify_and_windows_carry_streams_in_order() -> None:
     batched = batchify(torch.arange(10), 2)
     assert batched.tolist() == [[0, 5], [1, 6], [2, 7], [3, 8], [4, 9]]
@@ -233,7 +295,8 @@ def test_a_study_spec_accepts_every_kind_of_dataset() -> None:
 
     base = {"name": "s", "families": ["lstm"], "parameter_budget": 1000, "search_space": {},
             "tuning": {"trials": 1}}
-    for dataset in ({"name": "ptb"}, {"path": "/data/ptb", "format": "ptb"}, {"generator": "reverse-copy"}):
+    for dataset in ({"name": "ptb"}, {"path": "/data/ptb", "format": "ptb"}, {"generator": "reverse-copy"},
+                    {"path": "/data/any", "format": "text", "level": "char", "min_count": 3}):
         spec = StudySpec.model_validate(base | {"dataset": dataset})
         assert spec.dataset == dataset_from_dict(dataset)
         assert StudySpec.model_validate(spec.model_dump(mode="json")) == spec

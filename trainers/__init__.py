@@ -9,10 +9,12 @@ from lm_tuner.trainers.averaging import (
 )
 from lm_tuner.trainers.checkpoint import Checkpoint, load_checkpoint, load_training_state, save_checkpoint, sha256_of
 from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
+from lm_tuner.trainers.corpus_stats import CorpusStatistics, corpus_statistics, unigram_perplexity
 from lm_tuner.trainers.datasets import (
     DatasetConfig,
     LocalDatasetConfig,
     RegisteredDatasetConfig,
+    TextDatasetConfig,
     dataset_from_dict,
     load_corpus,
 )
@@ -27,28 +29,32 @@ from lm_tuner.trainers.evaluation import (
 )
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
 from lm_tuner.trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
+from lm_tuner.trainers.reverse_copy_scores import ReverseCopyScores, reverse_copy_scores
 from lm_tuner.trainers.training import TrainingDiverged, default_device, train
 from lm_tuner.trainers.training_config import Schedule, TrainingConfig
 from lm_tuner.trainers.training_reports import TrainingResult, TurnCallback, TurnReport
 
 __all__ = [
-    "EOS",
-    "REGISTRY",
     "AveragingConfig",
     "Checkpoint",
     "Corpus",
+    "CorpusStatistics",
     "DatasetConfig",
     "DynamicEvaluationConfig",
+    "EOS",
     "LocalDatasetConfig",
     "MarkovCorpusConfig",
     "NTASGDConfig",
     "NoAveragingConfig",
     "ProtocolResult",
+    "REGISTRY",
     "RegisteredDatasetConfig",
     "ReverseCopyConfig",
+    "ReverseCopyScores",
     "Schedule",
     "TailAveragingConfig",
     "TemperatureSearch",
+    "TextDatasetConfig",
     "TrainingConfig",
     "TrainingDiverged",
     "TrainingResult",
@@ -56,6 +62,7 @@ __all__ = [
     "TurnReport",
     "TwoTailedAveragingConfig",
     "Vocabulary",
+    "corpus_statistics",
     "cross_entropy",
     "dataset_from_dict",
     "default_cache_dir",
@@ -69,8 +76,10 @@ __all__ = [
     "load_training_state",
     "monte_carlo_cross_entropy",
     "registered",
+    "reverse_copy_scores",
     "save_checkpoint",
     "search_logit_scale",
     "sha256_of",
     "train",
+    "unigram_perplexity",
 ]

@@ -5,11 +5,14 @@ A dataset is one of
   downloaded into the cache on first use and verified by checksum;
 - `path: DIR` with `format: ptb` (or ptb-char, wikitext, enwik8, text8): local files laid out like
   the registered dataset of that format;
+- `path: DIR` with `format: text`: any corpus as train.txt, valid.txt and test.txt, read by word or by
+  character, with a vocabulary from the training split and <unk> for the rest;
 - `generator: markov` or `generator: reverse-copy`: a corpus generated on the fly.
 """
 
 from __future__ import annotations
 
+import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -20,11 +23,13 @@ from pydantic_core import PydanticCustomError
 from lm_tuner.trainers.checksums import CHECKSUMS, verify_checksums
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
-from lm_tuner.trainers.registry import LAYOUTS, fetch_dataset, registered
+from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, Layout, fetch_dataset, registered
 from lm_tuner.trainers.text import UnknownTokens, read_corpus
 
 RegisteredName = Literal["ptb", "ptb-char", "wikitext-2", "wikitext-103", "enwik8", "text8"]
 FormatName = Literal["ptb", "ptb-char", "wikitext", "enwik8", "text8"]
+TEXT_FORMAT = "text"
+LOCAL_FORMATS = (*typing.get_args(FormatName), TEXT_FORMAT)
 
 PTB_VOCABULARY_SIZE = 10_000
 """Word types of the pinned PTB training split with <eos>; its validation and test words all occur in it."""
@@ -53,9 +58,30 @@ class LocalDatasetConfig(BaseModel):
     unknown_tokens: UnknownTokens = _UNKNOWN_TOKENS
 
 
+class TextDatasetConfig(BaseModel):
+    """Any corpus as train.txt, valid.txt and test.txt in a folder, read by word or by character.
+
+    The vocabulary is the training split's tokens seen at least `min_count` times, <eos> and <unk>;
+    every other token, in any split, becomes <unk>.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(..., description="folder holding train.txt, valid.txt and test.txt")
+    format: Literal["text"]
+    level: Literal["word", "char"] = Field("word", description="word: whitespace-separated words; char: characters "
+                                                               "(see Dataset formats)")
+    min_count: int = Field(1, ge=1, description="times a word (or character) must occur in train.txt to be in the "
+                                                "vocabulary; rarer ones, and valid/test tokens missing from train.txt, "
+                                                "become `<unk>`")
+
+
+LocalConfig = LocalDatasetConfig | TextDatasetConfig
+
 DATASET_KINDS: dict[str, type[BaseModel]] = {
     "name": RegisteredDatasetConfig,
     "path": LocalDatasetConfig,
+    TEXT_FORMAT: TextDatasetConfig,
     "markov": MarkovCorpusConfig,
     "reverse-copy": ReverseCopyConfig,
 }
@@ -69,7 +95,7 @@ def _validate_dataset(data: Any) -> Any:
     """
     if not isinstance(data, dict):
         return data
-    kind = data.get("generator") or ("path" if "path" in data else "name" if "name" in data else None)
+    kind = data.get("generator") or (_local_kind(data) if "path" in data else "name" if "name" in data else None)
     if not isinstance(kind, str) or kind not in DATASET_KINDS:
         where, detail = (("generator",), f"unknown generator {kind!r}; allowed: markov, reverse-copy") \
             if "generator" in data else ((), "a dataset needs one of: name (a registered dataset), path (local files "
@@ -83,6 +109,14 @@ def _validate_dataset(data: Any) -> Any:
     return model.model_validate(data, strict=True)  # the caller's strictness does not reach through this validator
 
 
+def _local_kind(data: dict) -> str:
+    """`text` or `path` for a local folder, by its format; an unknown format is refused with every allowed one."""
+    if "format" in data and data["format"] not in LOCAL_FORMATS:
+        raise _errors("dataset", [(("format",), f"unknown format {data['format']!r}; allowed: "
+                                                f"{', '.join(LOCAL_FORMATS)}", data["format"])])
+    return TEXT_FORMAT if data.get("format") == TEXT_FORMAT else "path"
+
+
 def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:
     return ValidationError.from_exception_data(title, [
         {"type": PydanticCustomError("dataset", message), "loc": loc, "input": value}
@@ -91,7 +125,7 @@ def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> Val
 
 
 DatasetConfig = Annotated[
-    RegisteredDatasetConfig | LocalDatasetConfig | MarkovCorpusConfig | ReverseCopyConfig,
+    RegisteredDatasetConfig | LocalDatasetConfig | TextDatasetConfig | MarkovCorpusConfig | ReverseCopyConfig,
     BeforeValidator(_validate_dataset),
 ]
 """Every dataset configuration `load_corpus` accepts."""
@@ -127,19 +161,27 @@ def load_corpus(config: DatasetConfig) -> Corpus:
         layout = LAYOUTS[dataset.layout]
         folder = fetch_dataset(dataset)
         return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens, dataset.name)
-    if isinstance(config, LocalDatasetConfig):
+    if isinstance(config, LocalDatasetConfig | TextDatasetConfig):
         return local_corpus(config)
     raise TypeError(f"dataset: unsupported configuration {type(config).__name__}")
 
 
-def local_corpus(config: LocalDatasetConfig) -> Corpus:
+def local_layout(config: LocalConfig) -> Layout:
+    """How the files of a local folder are named and tokenised."""
+    return TEXT_LAYOUTS[config.level] if isinstance(config, TextDatasetConfig) else LAYOUTS[config.format]
+
+
+def local_corpus(config: LocalConfig) -> Corpus:
     folder = Path(config.path).expanduser()
-    layout = LAYOUTS[config.format]
+    layout = local_layout(config)
     if not folder.is_dir():
         raise FileNotFoundError(f"dataset path: no folder at {folder}; give the folder that holds "
                                 f"{', '.join(layout.files)} (format {config.format!r})")
     if (folder / CHECKSUMS).is_file():
         verify_checksums(folder, [name for name in layout.files if (folder / name).is_file()], pinned={},
                          remedy=f"replace the file or fix {folder / CHECKSUMS}", record=False)
+    if isinstance(config, TextDatasetConfig):
+        return read_corpus(layout.sources(folder), layout.tokenisation, "unk",
+                           f"text files ({config.level} level) in {folder}", min_count=config.min_count)
     return read_corpus(layout.sources(folder), layout.tokenisation, config.unknown_tokens,
                        f"{config.format} files in {folder}")

@@ -143,12 +143,14 @@ class ReverseCopyConfig(BaseModel):
 
 
 SEP = "<sep>"
+REVERSE_COPY_EOS_ID, REVERSE_COPY_SEP_ID = 0, 1
+"""The ids of <eos> and <sep> in a reverse-copy vocabulary; the symbols follow them."""
 
 
 def reverse_copy_corpus(config: ReverseCopyConfig) -> Corpus:
     width = len(str(config.symbols - 1))
     vocabulary = Vocabulary((EOS, SEP, *(f"s{i:0{width}d}" for i in range(config.symbols))))
-    eos, sep, first_symbol = 0, 1, 2
+    eos, sep, first_symbol = REVERSE_COPY_EOS_ID, REVERSE_COPY_SEP_ID, 2
 
     def examples(count: int, stream: int) -> torch.Tensor:
         rng = np.random.default_rng([config.seed, stream])

@@ -69,6 +69,14 @@ LAYOUTS: dict[str, Layout] = {
     "enwik8": Layout("bytes", single_file="enwik8", held_out_bytes=5_000_000),
     "text8": Layout("bytes", single_file="text8", held_out_bytes=5_000_000),
 }
+"""The layout of each registered format, by format name."""
+
+TEXT_FILES = ("train.txt", "valid.txt", "test.txt")
+TEXT_LAYOUTS: dict[str, Layout] = {
+    "word": Layout("lines", split_files=TEXT_FILES),
+    "char": Layout("characters", split_files=TEXT_FILES),
+}
+"""The layouts of `format: text`, by level."""
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,8 @@ class Tuning(_Strict):
     sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
     trials: int = Field(..., ge=1, le=1_000_000, description="trials per model family")
     startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
-    concurrency: int = Field(1, ge=1, description="trials running at once")
+    concurrency: int = Field(1, ge=1, description="trials running at once, all families sharing the slots: "
+                                                 "trials are proposed to the families in turn")
     seed: int = Field(0, ge=0, le=MAX_TUNING_SEED, description="seeds the sampler; trial k trains with seed + k")
     max_retries: int = Field(2, ge=0, description="restarts of a trial whose worker process or node died")
     initial_points: list[dict[str, HyperparameterValue]] = Field(
@@ -185,7 +186,10 @@ class StudySpec(_Strict):
 
 
 def is_character_level(dataset: dict[str, Any]) -> bool:
-    """Whether a dataset section (as stored with a study) names a character-level corpus."""
+    """Whether a dataset section (as stored with a study) names a character-level corpus: a character-level
+    format, or a plain-text corpus read at `level: char`."""
+    if dataset.get("format") == "text":
+        return dataset.get("level") == "char"
     return (dataset.get("name") or dataset.get("format")) in CHARACTER_LEVEL_CORPORA
 
 
