@@ -1,0 +1,69 @@
+"""The tuning stage: every family's remaining trials in one Ray Tune run, the CPU kernels ready beforehand."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from ray import tune
+
+from lm_tuner.models import cpu_kernels
+from lm_tuner.tuner.run.experiment import Experiment, run_experiments
+from lm_tuner.tuner.run.registration import TrialRegistrar
+from lm_tuner.tuner.run.reporting import OBJECTIVE, TURN
+from lm_tuner.tuner.run.strategies import make_sampler, make_scheduler
+from lm_tuner.tuner.run.trial import run_trial
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.space import distributions, initial_points, optuna_study_name
+from lm_tuner.tuner.store.engine import optuna_storage
+from lm_tuner.tuner.store.ledger import settled_trials
+
+logger = logging.getLogger(__name__)
+
+
+def tune_families(spec: StudySpec, vocab_size: int, settings: Settings, callbacks: Sequence[tune.Callback]) -> None:
+    """Run the trials each family still lacks, the families interleaved (tuner.run.interleaving)."""
+    experiments = [experiment for family in spec.families
+                   if (experiment := tuning_experiment(spec, family, vocab_size, settings)).trials > 0]
+    if not experiments:
+        return
+    if spec.resources.gpus_per_trial == 0:
+        prepare_cpu_kernels()
+    run_experiments(experiments, settings, callbacks)
+
+
+def tuning_experiment(spec: StudySpec, family: str, vocab_size: int, settings: Settings) -> Experiment:
+    """The family's tuning trials still to run (none left: `trials` is 0), counting those already settled."""
+    url = settings.storage_url
+    optuna_name = optuna_study_name(spec.name, family)
+    settled = settled_trials(url, optuna_name)
+    return Experiment(
+        study=spec.name, family=family, optuna_name=optuna_name, trials=max(0, spec.tuning.trials - settled),
+        settled=settled, space=distributions(spec, family),
+        sampler=make_sampler(spec.tuning.sampler, spec.tuning.seed, spec.tuning.startup_trials),
+        trainable=run_trial,
+        job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
+        registrar=TrialRegistrar(spec, family, vocab_size, url),
+        resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
+        concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
+        scheduler=make_scheduler(spec, OBJECTIVE, TURN),
+        points=[] if _has_trials(optuna_storage(url), optuna_name) else initial_points(spec, family),
+    )
+
+
+def prepare_cpu_kernels() -> None:
+    """Build (or load) the C++ kernels now, so that no trial's wall-clock budget pays for the build (about
+    20 s, which would fall on the first trials of whichever family started first). Where they cannot be built,
+    cpu_kernels warns once and trials take the PyTorch operations."""
+    started = time.monotonic()
+    if cpu_kernels.cpu_extension() is not None:
+        logger.info("C++ kernels for CPUs ready in %.1f s", time.monotonic() - started)
+
+
+def _has_trials(storage, study_name: str) -> bool:
+    try:
+        return bool(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
+    except KeyError:
+        return False
