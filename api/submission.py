@@ -15,13 +15,20 @@ from lm_tuner.api.schemas import (
     SpecIssueOut,
     SubmittedOut,
 )
+from lm_tuner.trainers.datasets import known_vocabulary_size
 from lm_tuner.tuner.run.controller import StudyConflict
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
 from lm_tuner.tuner.spec.feasibility import submission_issues
+from lm_tuner.tuner.spec.plan import study_warnings
 
 router = APIRouter()
+SPEC_BODY = {"requestBody": {"required": True, "content": {
+    "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
+    "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
+}}}
+"""The OpenAPI request body of a route that reads a spec document."""
 
 
 @router.post(
@@ -33,14 +40,11 @@ router = APIRouter()
     responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
                409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
                **Unauthorized},
-    openapi_extra={"requestBody": {"required": True, "content": {
-        "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
-        "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
-    }}},
+    openapi_extra=SPEC_BODY,
 )
 async def submit(request: Request, config: SettingsDep) -> Any:
     """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
-    body = await _read_limited(request, MAX_SPEC_BYTES)
+    body = await read_limited(request, MAX_SPEC_BYTES)
     try:
         return await queue_study(config, body, "request body")
     except SpecError as error:
@@ -48,13 +52,15 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 
 async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
-    """Validate a spec document and queue its study; SpecError names `source`, 409 for a taken name."""
+    """Validate a spec document and queue its study, with the plan's warnings (those the vocabulary the spec fixes
+    allows); SpecError names `source`, 409 for a taken name."""
     spec, document = await run_in_threadpool(_submitted_spec, body, source)
+    warnings = await run_in_threadpool(study_warnings, spec, known_vocabulary_size(spec.dataset))
     try:
         await run_in_threadpool(submit_study, config.storage_url, spec, document)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
-    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}")
+    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}", warnings=warnings)
 
 
 def spec_errors(error: SpecError) -> JSONResponse:
@@ -65,20 +71,25 @@ def spec_errors(error: SpecError) -> JSONResponse:
 
 
 def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str]:
-    """The spec of a request body and its text, or SpecError. Run in the thread pool: however the body is made,
-    the event loop keeps answering while it is read."""
-    try:
-        document = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
-    spec = parse_spec(document, source=source)
+    """The spec of a request body and its text, or SpecError (with what a queued study would certainly fail on).
+    Run in the thread pool: however the body is made, the event loop keeps answering while it is read."""
+    spec, document = parsed_spec(body, source)
     issues = submission_issues(spec)
     if issues:
         raise SpecError(issues, source)
     return spec, document
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
+def parsed_spec(body: bytes, source: str) -> tuple[StudySpec, str]:
+    """A request body validated as a spec, with its text; SpecError names `source`."""
+    try:
+        document = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
+    return parse_spec(document, source=source), document
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it exceeds `limit` (also when no Content-Length is sent)."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and (len(declared) > len(str(limit)) or int(declared) > limit):

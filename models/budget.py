@@ -1,4 +1,4 @@
-"""Parameter budgets: count trainable parameters from a configuration, and solve for hidden size.
+"""Parameter budgets: count trainable parameters from a configuration (in all and by part), and solve for hidden size.
 
 Models are compared at equal trainable-parameter counts, so the count must be exact. A family's closed form
 (`Family.parameter_count`, models/closed_form.py for the built-in ones) is exact and cheap; a family without one
@@ -27,6 +27,26 @@ def count_parameters_by_building(config: ModelConfig) -> int:
     with torch.device("meta"):
         model = LanguageModel(config)
     return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+
+
+PARAMETER_PARTS = {"embedding": "embedding", "layers": "recurrent", "projection": "softmax", "mixture": "softmax",
+                   "output_embedding": "softmax", "output_bias": "softmax"}
+"""Where each top-level part of `LanguageModel` counts: the (tied) embedding, the recurrent layers, or the softmax
+with what leads into it (projection, mixture of softmaxes, an untied output embedding, the bias)."""
+
+
+def parameter_breakdown(config: ModelConfig) -> dict[str, int]:
+    """Trainable parameters of `LanguageModel(config)` by part: embedding, recurrent, softmax, and their total.
+
+    A tied embedding also serves as the softmax's weights; it counts once, as embedding.
+    """
+    with torch.device("meta"):
+        model = LanguageModel(config)
+    parts = dict.fromkeys(("embedding", "recurrent", "softmax"), 0)
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            parts[PARAMETER_PARTS[name.split(".")[0]]] += parameter.numel()
+    return {**parts, "total": sum(parts.values())}
 
 
 def solve_hidden_size(config: ModelConfig, budget: int) -> ModelConfig:

@@ -5,6 +5,8 @@
 - `hyperparameters`: what a study may fix or search, and the allowed values;
 - `space`: the Optuna search space and the model a trial's values build;
 - `feasibility`: what can be known not to run before anything is queued;
+- `plan` and `estimate`: `tuner plan`'s shapes, parameter split, warnings and time estimate;
+- `shipped`: the spaces shipped as package data, found by name; `units`: perplexity or bits per character;
 - `yaml_loader`: the bounded YAML/JSON reader; `reference`: the generated docs/spec.md.
 """
 

@@ -1,0 +1,107 @@
+"""`tuner plan`: what a study would train and how long it would take on this machine, before anything exists."""
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from lm_tuner.tuner.cli.common import JsonOutput, console, errors, refuse, refuse_spec
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec.plan import FamilyPlan, StudyPlan
+
+
+def plan(
+    space: Annotated[str, typer.Option(
+        "--space", metavar="FILE|NAME",
+        help="the study spec (YAML or JSON): a file, else a shipped space by name (`tuner spaces` lists them)")],
+    probe: Annotated[bool, typer.Option(
+        "--probe/--no-probe", help="time a few training steps and evaluations of each family's median shape here "
+                                   "(about --seconds, with the study's threads per trial) to estimate the study's "
+                                   "duration")] = True,
+    seconds: Annotated[float, typer.Option(min=1.0, help="how long the probe runs, all families together")] = 10.0,
+    json_output: JsonOutput = False,
+) -> None:
+    """Show what a study would train, before launching it: per family the hidden sizes the budget gives across
+    the searched ranges (smallest, median, largest over the ranges' corners and a fixed random sample), where the
+    parameters of the median shape go (embedding, recurrent layers, softmax), the trials, and, from the probe,
+    the time per trial and for the study on this machine. Then the warnings: a small recurrent share or hidden
+    size, a reverse-copy window too short for its examples, evaluation taking more than a quarter of a trial,
+    and what `launch` would refuse.
+
+    Creates nothing: no database, no Ray, no checkpoint. A dataset whose vocabulary the spec does not fix is read
+    (a registered one is fetched into the data cache first, as a launch would). Exit status: 0 planned (with or
+    without warnings), 2 the spec or its dataset cannot be read.
+    """
+    from lm_tuner.tuner.run.probe import DatasetUnavailable, study_plan
+    from lm_tuner.tuner.spec import SpecError
+    from lm_tuner.tuner.spec.shipped import UnknownSpace, resolve_space
+
+    try:
+        spec, _ = resolve_space(space).read()
+    except UnknownSpace as error:  # before SpecError's ValueError
+        refuse(error)
+    except SpecError as error:
+        refuse_spec(error)
+    if probe:
+        errors.print(f"probing each family's median shape on this machine for about {seconds:g} s (--no-probe "
+                     f"skips it)", style="dim")
+    try:
+        planned = study_plan(spec, probe=probe, seconds=seconds)
+    except DatasetUnavailable as error:
+        refuse(error)
+    if json_output:
+        print(planned.model_dump_json(indent=2))
+        return
+    print_plan(planned)
+
+
+def print_plan(planned: "StudyPlan") -> None:
+    console.print(f"[bold]{planned.study}[/bold]: {len(planned.families)} famil"
+                  f"{'y' if len(planned.families) == 1 else 'ies'} at {planned.parameter_budget:,} parameters, "
+                  f"vocabulary {planned.vocab_size:,}")
+    for family in planned.families:
+        console.print(_family_table(family))
+    if planned.estimate is not None:
+        estimate = planned.estimate
+        console.print(f"study: {sum(f.runs for f in planned.families)} runs, about "
+                      f"[bold]{duration(estimate.study_seconds)}[/bold] with {estimate.parallel_trials} at a time "
+                      f"on this machine ({estimate.device}, {estimate.threads} thread(s) per trial; probe "
+                      f"{estimate.probe_seconds:.1f} s; not included: {', '.join(estimate.not_included)})")
+    for warning in planned.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+
+
+def _family_table(family: "FamilyPlan") -> Table:
+    table = Table("", "value", title=f"family {family.family}", title_justify="left", show_header=False)
+    table.add_row("trials", f"{family.trials} (+{family.runs - family.trials} reruns)")
+    table.add_row("sampled configurations", f"{family.sampled_points} ({family.infeasible_points} over the budget)")
+    if family.hidden_size is not None:
+        hidden = family.hidden_size
+        table.add_row("hidden size min / median / max", f"{hidden.min:,} / {hidden.median:,} / {hidden.max:,}")
+        table.add_row("embedding size (median shape)", f"{family.embedding_size:,}")
+        total = family.parameters["total"]
+        for part in ("embedding", "recurrent", "softmax"):
+            count = family.parameters[part]
+            table.add_row(f"{part} parameters", f"{count:,} ({count / total:.0%})")
+        table.add_row("total parameters", f"{total:,}")
+    if family.estimate is not None:
+        estimate = family.estimate
+        table.add_row("training step", f"{estimate.step_seconds * 1000:,.1f} ms")
+        table.add_row("evaluation per turn", f"{estimate.evaluation_seconds:,.2f} s")
+        table.add_row("turns per trial", f"{estimate.turns:,}")
+        table.add_row("time per trial", f"{duration(estimate.trial_seconds)} "
+                                        f"({estimate.evaluation_share:.0%} evaluating)")
+    return table
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: 42 s, 12 min, 3.5 h, 12 days."""
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} days"

@@ -1,0 +1,150 @@
+"""The probe behind `tuner plan`'s time estimates: each family's median-shaped model trained for a few real steps
+and evaluated on this machine, with the study's schedule, threads and device, for about ten seconds in all (longer
+where a single step outlasts that: a model built for a GPU, probed on a laptop).
+
+Speed does not depend on which tokens a model reads, so the probe trains on random tokens of the study's
+vocabulary size; only the corpus's sizes matter, read from the configuration where it fixes them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from lm_tuner.trainers import Corpus, Vocabulary, load_corpus
+from lm_tuner.trainers.datasets import known_vocabulary_size
+from lm_tuner.trainers.training_run import TrainingRun
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.estimate import CorpusSize, Machine, ProbeTiming, known_corpus_size, with_estimates
+from lm_tuner.tuner.spec.plan import FamilyPlan, StudyPlan, plan_study
+from lm_tuner.tuner.spec.space import trial_setup
+
+PROBE_SECONDS = 10.0
+TRAINING_SHARE = 0.6  # of each family's probe time; the rest times evaluation
+MAX_TIMED_RUNS = 50  # training steps or evaluations
+EVALUATION_WINDOWS = 1  # per evaluation stream of the probe's validation split
+_PROBING = threading.Lock()
+
+
+class DatasetUnavailable(ValueError):
+    """The study's data cannot be read; the message names the dataset field."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(f"dataset: {problem}")
+
+
+def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS) -> StudyPlan:
+    """What `tuner plan` and `POST /studies/plan` answer: the shapes and warnings, with the probe's time estimates
+    when `probe`. Raises DatasetUnavailable where the vocabulary (or, to probe, the corpus's size) needs the data."""
+    if not probe:
+        return plan_study(spec, vocabulary_size(spec))
+    size = corpus_size(spec)
+    return probe_study(spec, plan_study(spec, size.vocab_size), size, seconds)
+
+
+def vocabulary_size(spec: StudySpec) -> int:
+    """The vocabulary size the dataset section fixes, else that of the corpus read (fetched, as a launch would)."""
+    known = known_vocabulary_size(spec.dataset)
+    return known if known is not None else _loaded(spec).vocab_size
+
+
+def corpus_size(spec: StudySpec) -> CorpusSize:
+    """The vocabulary and split sizes the dataset section fixes (generated corpora), else those of the corpus."""
+    return known_corpus_size(spec.dataset) or _loaded(spec)
+
+
+def _loaded(spec: StudySpec) -> CorpusSize:
+    try:
+        corpus = load_corpus(spec.dataset)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise DatasetUnavailable(str(error.args[0] if error.args else error)) from error
+    return CorpusSize(vocab_size=len(corpus.vocabulary), train_tokens=corpus.train.numel(),
+                      valid_tokens=corpus.valid.numel())
+
+
+def this_machine() -> Machine:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Machine(cpus=cpus, gpus=torch.cuda.device_count())
+
+
+def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: float = PROBE_SECONDS) -> StudyPlan:
+    """The plan with time estimates from probing every family that has a median shape, `seconds` split among
+    them; the study's threads per trial and, where it asks for one and there is one, a GPU."""
+    machine = this_machine()
+    device = torch.device("cuda" if spec.resources.gpus_per_trial > 0 and machine.gpus > 0 else "cpu")
+    threads = max(1, int(spec.resources.cpus_per_trial))  # as trials set them (tuner/run/trial.py)
+    probed = [family for family in plan.families if family.median_point is not None]
+    started = time.perf_counter()
+    with _torch_settings(threads, spec.resources.float32_matmul_precision):
+        timings = {family.family: probe_family(spec, family, size, seconds / max(1, len(probed)), device)
+                   for family in probed}
+    return with_estimates(plan, spec, timings, size, machine=machine, device=str(device), threads=threads,
+                          probe_seconds=time.perf_counter() - started)
+
+
+def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds: float,
+                 device: torch.device) -> ProbeTiming:
+    """Time training steps for TRAINING_SHARE of `seconds`, then evaluations for the rest. The first of each warms
+    up (kernels are built and memory allocated) and is left out where there are others; a shape so slow that one
+    step outlasts the time is measured on that one step and one evaluation."""
+    setup = trial_setup(spec, family.family, family.median_point, size.vocab_size, seed=spec.tuning.seed)
+    schedule = setup.training.schedule.model_copy(update={"steps_per_turn": 1})  # a turn is one step
+    run = TrainingRun(setup.model, setup.training.model_copy(update={"schedule": schedule}),
+                      _random_corpus(size.vocab_size, schedule.batch_size, schedule.eval_batch_size, schedule.bptt),
+                      device)
+    cpu, wall = time.process_time(), time.perf_counter()
+    steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
+    cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
+    evaluations = _timed(run.evaluate, time.perf_counter() + seconds * (1 - TRAINING_SHARE))
+    return ProbeTiming(step_seconds=statistics.median(steps),
+                       evaluation_seconds_per_token=statistics.median(evaluations) / run.validation_tokens,
+                       cpu_per_wall=cpu_per_wall)
+
+
+def _timed(action: Callable[[], object], until: float) -> list[float]:
+    """Durations of `action` repeated until `until` (at least once, at most MAX_TIMED_RUNS times), without the
+    first where there are others."""
+    durations: list[float] = []
+    while not durations or (time.perf_counter() < until and len(durations) < MAX_TIMED_RUNS):
+        started = time.perf_counter()
+        action()
+        durations.append(time.perf_counter() - started)
+    return durations[1:] or durations
+
+
+def _random_corpus(vocab_size: int, batch_size: int, eval_batch_size: int, bptt: int) -> Corpus:
+    """Uniform random tokens: enough training windows for every timed step, EVALUATION_WINDOWS per validation
+    stream (variable-length windows are drawn up to ~2x bptt, and the stream wraps around when it runs out)."""
+    generator = torch.Generator().manual_seed(0)
+
+    def tokens(count: int) -> torch.Tensor:
+        return torch.randint(vocab_size, (count,), generator=generator)
+
+    width = len(str(vocab_size - 1))
+    return Corpus(Vocabulary(tuple(f"t{i:0{width}d}" for i in range(vocab_size))),
+                  train=tokens(batch_size * (bptt * (MAX_TIMED_RUNS + 1) + 1)),
+                  valid=tokens(eval_batch_size * (bptt * EVALUATION_WINDOWS + 1)), test=tokens(2),
+                  description=f"random tokens of {vocab_size} types (the probe)")
+
+
+@contextmanager
+def _torch_settings(threads: int, matmul_precision: str) -> Iterator[None]:
+    """A trial's torch threads and matmul precision while probing, the process's own restored after (the API
+    serves on); the random generators too, which a training run seeds."""
+    with _PROBING:  # the settings are the process's: one probe at a time
+        before = torch.get_num_threads(), torch.get_float32_matmul_precision()
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(matmul_precision)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                yield
+        finally:
+            torch.set_num_threads(before[0])
+            torch.set_float32_matmul_precision(before[1])
