@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from lm_tuner.api import pages, plots, routes, sensitivity, sign_in, spaces, submission, trials
+from lm_tuner.api import pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials
 from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
@@ -31,6 +31,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RefuseControlCharacters)  # %00 and friends: 400 before any route or query
     app.include_router(routes.router)
     app.include_router(submission.router)
+    app.include_router(plan.router)
     app.include_router(trials.router)
     app.include_router(spaces.router)
     app.include_router(plots.router)

@@ -23,6 +23,11 @@ class TurnOut(BaseModel):
     averaging_length: int | None
     learning_rate: float | None
     epochs: float | None
+    train_seconds: float | None
+    eval_seconds: float | None
+    val_tokens: int | None = Field(description="validation tokens the turn's val_loss scored")
+    val_subset: bool | None = Field(description="val_loss scored a fixed subset of the validation split "
+                                                "(training.validation_tokens), not all of it")
 
     @classmethod
     def of(cls, record: TurnRecord) -> TurnOut:
@@ -83,6 +88,8 @@ class SubmittedOut(BaseModel):
     name: str
     status: str
     url: str
+    warnings: list[str] = Field(default_factory=list, description="what `tuner plan` warns about this study (without "
+                                                                  "its time probe); the study is queued all the same")
 
 
 class SpecIssueOut(BaseModel):

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pandas
@@ -133,6 +134,12 @@ def test_launch_then_status_and_list(tmp_path):
     best = json.loads(tuner("best", "cli-study", "--json", cwd=tmp_path).stdout)
     assert best["lstm"]["value"] == payload["trials"][0]["value"]
     assert best["lstm"]["checkpoint"]["url"].endswith("/checkpoint")
+    elsewhere = tmp_path / "elsewhere"  # another LM_TUNER_HOME: the checkpoint is where the study wrote it
+    elsewhere.mkdir()
+    url = f"sqlite:///{tmp_path / 'home' / 'tuner.db'}"
+    shown = tuner("best", "cli-study", "--storage", url, cwd=elsewhere).stdout
+    (path_shown,) = [line.split("checkpoint ", 1)[1].strip() for line in shown.splitlines() if "checkpoint " in line]
+    assert Path(path_shown).is_file() and Path(path_shown).is_relative_to(tmp_path / "home" / "artifacts")
 
     exported = tmp_path / "trials.csv"
     assert tuner("export", "cli-study", "--format", "csv", "-o", str(exported), cwd=tmp_path).returncode == 0

@@ -3,7 +3,9 @@
 Per family: the best tuning run, then — over the final models (the reruns with new seeds, else the
 best tuning run) — validation and test with and without Monte-Carlo dropout and dynamic
 evaluation, as mean ± standard deviation. The winner is the family with the lowest mean validation
-score of its final models, never the luckiest single run.
+score of its final models, never the luckiest single run, and only once those are all in: every planned
+rerun of every family finished (and scored by the test protocol, where the spec asks for it). A spec without
+reruns compares single tuning runs, once tuning is done, and the verdict says so.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
+from lm_tuner.tuner.analysis.family_tallies import FamilyTally, RerunCount, family_tallies, rerun_counts, tally
+from lm_tuner.tuner.analysis.study_facts import is_provisional, validation_label, validation_tokens
 from lm_tuner.tuner.run.stages import final_trials, top_trials
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store.engine import sessions
-from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord
+from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord
 
 KINDS = ("deterministic", "mc", "dynamic", "dynamic_mc")
 
@@ -51,6 +55,12 @@ class FamilyResult:
     dynamic_valid: Estimate | None = None
     dynamic_test: Estimate | None = None
     lineage: list[Lineage] = field(default_factory=list)
+    best_tuning_full: float | None = None  # the best tuning run on the whole validation split, once rescored
+    # where `valid` comes from: "test protocol", "full rescoring" (the whole validation split, scored after tuning
+    # where turns scored a subset), "training" (the score during training), None: no result yet
+    valid_from: str | None = None
+    reruns_planned: int | None = None  # None: the spec asks for no reruns
+    reruns_finished: int | None = None
 
 
 @dataclass(frozen=True)
@@ -60,33 +70,85 @@ class Comparison:
     families: list[FamilyResult]
     winner: str | None
     winner_by: str
+    status: str = ""
+    provisional: bool = False  # the study still runs: every number can change
+    has_reruns: bool = False
+    reruns_planned: int = 0
+    reruns_finished: int = 0
+    tuning_validation: str = "full"  # which validation set the tuning scores are on, e.g. "subset of 2,000 tokens"
+    verdict: str = ""  # the winner and why, or why there is none yet
 
 
 def comparison(url: str, name: str) -> Comparison | None:
     with sessions(url)() as session:
-        spec_data = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))
-    if spec_data is None:
+        found = session.execute(select(StudyRecord.spec, StudyRecord.status).where(StudyRecord.name == name)).first()
+    if found is None:
         return None
+    spec_data, status = found
     spec = StudySpec.model_validate(spec_data)
+    unit = "bpc" if spec.character_level else "perplexity"
     convert = _bits_per_character if spec.character_level else math.exp
-    results = [_family_result(url, spec, family, convert) for family in spec.families]
-    by_reruns = spec.reruns is not None
-    scored = [(r.valid.mean, r.family) for r in results if r.valid is not None]
-    winner = min(scored)[1] if scored else None
-    if by_reruns:
-        winner_by = f"mean validation {'bpc' if spec.character_level else 'perplexity'} of the reruns"
+    tallies = family_tallies(url, name)
+    reruns = rerun_counts(spec_data, tallies)
+    results = [_family_result(url, spec, family, convert, tally(tallies, family, "tune"), reruns.get(family))
+               for family in spec.families]
+    label = validation_label(spec_data)
+    winner_by = _winner_by(spec, unit, label)
+    winner, verdict = _verdict(spec, tallies, reruns, results, finished=not is_provisional(status),
+                               subset=validation_tokens(spec_data) is not None)
+    return Comparison(name, unit, results, winner, winner_by, status=status, provisional=is_provisional(status),
+                      has_reruns=spec.reruns is not None, reruns_planned=sum(c.planned for c in reruns.values()),
+                      reruns_finished=sum(c.finished for c in reruns.values()), tuning_validation=label,
+                      verdict=f"winner: {winner}, by the {winner_by}" if winner else verdict)
+
+
+def _winner_by(spec: StudySpec, unit: str, label: str) -> str:
+    if spec.evaluation is not None:
+        score = f"full-validation {unit} (test protocol)"
+    elif label != "full":
+        score = f"full-validation {unit} (rescored after tuning; tuned on a {label})"
     else:
-        winner_by = "validation score of the best tuning run (no reruns in the spec)"
-    return Comparison(name, "bpc" if spec.character_level else "perplexity", results, winner, winner_by)
+        score = f"validation {unit} as scored during training"
+    if spec.reruns is not None:
+        return f"mean {score} of the reruns"
+    return f"{score} of the best tuning run (no reruns in the spec: single runs, no mean over seeds)"
 
 
-def _family_result(url: str, spec: StudySpec, family: str, convert) -> FamilyResult:
+def _verdict(spec: StudySpec, tallies, reruns: dict[str, RerunCount], results: list[FamilyResult], *,
+             finished: bool, subset: bool) -> tuple[str | None, str]:
+    """The winner, or None and the reason there is none (yet, while the study runs)."""
+    none = "no winner yet" if not finished else "no winner"
+    if spec.reruns is None:
+        planned = spec.tuning.trials * len(spec.families)
+        settled = min(sum(tally(tallies, family, "tune").settled for family in spec.families), planned)
+        if settled < planned:
+            return None, (f"{none}: {settled} of {planned} tuning trials finished (the spec has no reruns: the "
+                          f"comparison is of single tuning runs)")
+    else:
+        planned, settled = sum(c.planned for c in reruns.values()), sum(c.finished for c in reruns.values())
+        if settled < planned:
+            return None, f"{none}: {settled} of {planned} reruns finished"
+    if spec.evaluation is not None:
+        finals = sum(len(result.final_trial_ids) for result in results)
+        scored = sum(result.valid.count for result in results if result.valid_from == "test protocol")
+        if scored < finals:
+            return None, f"{none}: the test protocol has scored {scored} of {finals} final models"
+    elif subset:
+        finals = sum(len(result.final_trial_ids) for result in results)
+        scored = sum(result.valid.count for result in results if result.valid_from == "full rescoring")
+        if scored < finals:
+            return None, f"{none}: {scored} of {finals} final models scored on the full validation set"
+    scores = [(result.valid.mean, result.family) for result in results if result.valid is not None]
+    if not scores:
+        return None, "no winner: no family has a complete final model"
+    return min(scores)[1], ""
+
+
+def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: FamilyTally,
+                   reruns: RerunCount | None) -> FamilyResult:
     finals = final_trials(url, spec, family)
     best = top_trials(url, spec.name, family, "tune", 1)
     with sessions(url)() as session:
-        complete = len(session.scalars(select(TrialRecord.trial_id).where(
-            TrialRecord.study_name == spec.name, TrialRecord.family == family, TrialRecord.stage == "tune",
-            TrialRecord.state == "COMPLETE")).all())
         evaluations = session.scalars(select(EvaluationRecord).where(
             EvaluationRecord.trial_id.in_([t.trial_id for t in finals]))).all()
     by_kind: dict[str, list[EvaluationRecord]] = {kind: [] for kind in KINDS}
@@ -97,12 +159,21 @@ def _family_result(url: str, spec: StudySpec, family: str, convert) -> FamilyRes
         records = by_kind[kind]
         estimates[f"{prefix}valid"] = _estimate([convert(r.valid_loss) for r in records])
         estimates[f"{prefix}test"] = _estimate([convert(r.test_loss) for r in records])
-    if estimates["valid"] is None:  # no test protocol: the training-time validation scores
+    valid_from = "test protocol" if estimates["valid"] is not None else None
+    rescored = [t.full_value for t in finals if t.full_value is not None]
+    if estimates["valid"] is None and finals and len(rescored) == len(finals):  # tuned on a subset, then rescored
+        estimates["valid"], valid_from = _estimate([convert(value) for value in rescored]), "full rescoring"
+    if estimates["valid"] is None:  # no test protocol (yet): the training-time validation scores
         estimates["valid"] = _estimate([convert(t.value) for t in finals if t.value is not None])
+        valid_from = "training" if estimates["valid"] is not None else None
     lineage = [Lineage(r.trial_id, r.dyneval_trial_id, r.settings.get("dynamic_evaluation", {}))
                for r in by_kind["dynamic"]]
-    return FamilyResult(family, complete, convert(best[0].value) if best else None,
-                        [t.trial_id for t in finals], lineage=lineage, **estimates)
+    best_full = best[0].full_value if best else None
+    return FamilyResult(family, tuning.complete, convert(best[0].value) if best else None,
+                        [t.trial_id for t in finals], lineage=lineage, valid_from=valid_from,
+                        best_tuning_full=None if best_full is None else convert(best_full),
+                        reruns_planned=None if reruns is None else reruns.planned,
+                        reruns_finished=None if reruns is None else reruns.finished, **estimates)
 
 
 def _estimate(values: list[float]) -> Estimate | None:

@@ -10,6 +10,7 @@ from lm_tuner.tuner.cli import manage, reading, running
 from lm_tuner.tuner.cli.auth import auth_app, token_app
 from lm_tuner.tuner.cli.common import options, print_error
 from lm_tuner.tuner.cli.data import data_app
+from lm_tuner.tuner.cli.plan import plan
 from lm_tuner.tuner.cli.serve import serve
 from lm_tuner.tuner.cli.spaces import spaces_app
 from lm_tuner.tuner.settings import SettingsError
@@ -42,7 +43,7 @@ def _global_options(
     options["debug"] = debug
 
 
-for command in (running.launch, running.resume, reading.status):
+for command in (plan, running.launch, running.resume, reading.status):
     app.command()(command)
 app.command("list")(reading.list_command)
 for command in (reading.best, reading.compare, running.sensitivity, reading.export, manage.cancel, manage.delete):

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
 from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec import SpecError, StudySpec
+    from lm_tuner.tuner.spec.units import Unit
 
 
 console = Console(highlight=False)
@@ -101,9 +103,13 @@ def stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["
 
 
 def quiet_libraries() -> None:
+    """Libraries' own reports off (their warnings and errors kept); before anything imports ray.tune."""
     import optuna
 
+    from lm_tuner.tuner.run.ray_quiet import quiet_environment
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_environment()
 
 
 def print_error(problem: object) -> None:
@@ -132,3 +138,24 @@ def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
 
 def no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
     fail(f"no study named {name!r} in {settings.storage_url}", exit_code)
+
+
+def unclipped(table: Table) -> Table:
+    """A table that folds what does not fit rather than cutting it ("…"), its first column (names) kept whole."""
+    for column in table.columns:
+        column.overflow = "fold"
+    table.columns[0].no_wrap = True
+    return table
+
+
+def score_name(unit: "Unit") -> str:
+    """How a column or a line names a study's validation score: `val ppl` or `val bpc`."""
+    return "val ppl" if unit.name == "perplexity" else "val bpc"
+
+
+def duration_text(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -68,8 +68,8 @@ kernels_app = typer.Typer(help="The C++ kernels for recurrent layers on CPUs.", 
 
 @kernels_app.command("build")
 def kernels_build() -> None:
-    """Build the C++ kernels now (else the first trial on a CPU builds them, about 20 s) and print where they are.
-    Exit status 1 where they cannot be built: trials on CPUs then take the slower PyTorch operations."""
+    """Build the C++ kernels now and print where they are (else a study builds them, about 20 s, before its first
+    trial on a CPU). Exit status 1 where they cannot be built: trials on CPUs then take the PyTorch operations."""
     from lm_tuner.models import cpu_kernels
 
     directory = cpu_kernels.kernels_directory()

@@ -1,18 +1,27 @@
-"""Live progress of a running study on the terminal: a line per trial start and end.
+"""Live progress of a running study on the terminal: a line per trial start and end, and (inside
+`live_progress`) a live board of every family's running and finished trials, never silent for long.
 
 After each end: what this run has done of what it will do (a resumed study counts only what is left),
 the study's trials per stage, the best tuning trial so far and the time left in the current stage, all
-read from the database through tuner.results, as the API and the dashboard read them.
+read from the database through tuner.store, as the API and the dashboard read them.
 """
 
 from __future__ import annotations
 
-import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ray.tune import Callback
 from rich.console import Console
 
+from lm_tuner.tuner.analysis.family_tallies import family_tallies
+from lm_tuner.tuner.cli.common import duration_text, score_name
+from lm_tuner.tuner.cli.live_board import Board
+from lm_tuner.tuner.cli.live_display import ProgressDisplay
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.progress import StudyProgress
 from lm_tuner.tuner.store.schema import TrialRecord
@@ -22,15 +31,35 @@ OUTCOMES = {"COMPLETE": "[green]complete[/green]", "PRUNED": "[yellow]pruned[/ye
 INTERRUPTED = "[yellow]interrupted[/yellow]"  # failed because the run stopped; a resume runs it again
 
 
-class ProgressPrinter(Callback):
-    """Prints trial starts and ends with this run's and the study's progress, the best so far and an ETA."""
+@contextmanager
+def live_progress(storage_url: str, spec: StudySpec, console: Console | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> Iterator[ProgressPrinter]:
+    """The callback to give the study's run, with the live board shown until the block ends."""
+    spec_data = spec.model_dump(mode="json")
+    display = ProgressDisplay(Board(spec_data, clock), console or Console(highlight=False), clock)
+    with display:
+        yield ProgressPrinter(storage_url, spec.name, display)
 
-    def __init__(self, storage_url: str, study: str) -> None:
+
+class ProgressPrinter(Callback):
+    """Prints trial starts and ends with this run's and the study's progress, the best so far and an ETA; feeds
+    a live board, if given one, with the trials' starts, turns and ends."""
+
+    def __init__(self, storage_url: str, study: str, display: ProgressDisplay | None = None) -> None:
         self._url = storage_url
         self._study = study
+        self._display = display
+        self._unit: Unit | None = None
         self._settled_before: dict[str, int] | None = None  # per stage, when this run's first trial started
         self._outcomes = {"complete": 0, "pruned": 0, "failed": 0, "interrupted": 0}
         self._best: tuple[float, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__ | {"_display": None}  # Ray pickles callbacks; the display lives in this process only
+
+    @property
+    def display(self) -> ProgressDisplay | None:
+        return self._display
 
     @property
     def _console(self) -> Console:
@@ -38,8 +67,17 @@ class ProgressPrinter(Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._begin()
+        record = self._record(trial)
         params = ", ".join(f"{k}={_short(v)}" for k, v in trial.config["params"].items())
-        self._print(f"[dim]start[/dim]  {self._label(trial, self._record(trial))}  {params}")
+        if self._display is not None:
+            stage = "" if record.stage == "tune" else record.stage
+            self._display.board.trial_started(record.trial_id, record.family, f"{stage}#{record.number}")
+            self._read_study(self._progress())
+        self._print(f"[dim]start[/dim]  {self._label(trial, record)}  {params}")
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if self._display is not None:
+            self._display.board.trial_reported(trial.config["optuna_trial_id"], result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finished(trial)
@@ -51,7 +89,9 @@ class ProgressPrinter(Callback):
         """Notes what the study had settled before this run (interrupted trials were failed by then)."""
         if self._settled_before is not None:
             return
-        progress = self._progress()
+        study = get_study(self._url, self._study)
+        self._unit = unit_of(study.spec)
+        progress = study.progress
         self._settled_before = {stage.stage: stage.settled for stage in progress.stages}
         if progress.settled:
             self._print(f"resumed: {progress.settled} of {progress.planned} trials already done "
@@ -66,11 +106,15 @@ class ProgressPrinter(Callback):
         self._outcomes[outcome] += 1
         detail = ""
         if record.value is not None:
-            detail = f"val ppl {math.exp(record.value):.3f}"
+            detail = f"{score_name(self._unit)} {self._unit.of(record.value):.3f}"
             if record.stage == "tune" and (self._best is None or record.value < self._best[0]):
                 self._best = (record.value, label)
         shown = INTERRUPTED if record.interrupted else OUTCOMES.get(record.state, record.state)
-        self._print(f"{shown}  {label}  {detail}  |  {self._summary(self._progress())}")
+        progress = self._progress()
+        if self._display is not None:
+            self._display.board.trial_ended(record.trial_id)
+            self._read_study(progress)
+        self._print(f"{shown}  {label}  {detail}  |  {self._summary(progress)}")
 
     def _summary(self, progress: StudyProgress) -> str:
         before = self._settled_before or {}
@@ -79,12 +123,15 @@ class ProgressPrinter(Callback):
         done = sum(max(stage.settled - before.get(stage.stage, 0), 0) for stage in progress.stages)
         outcomes = ", ".join(f"{count} {name}" for name, count in self._outcomes.items()
                              if count or name != "interrupted")
-        best = f"best {math.exp(self._best[0]):.3f} ({self._best[1]})" if self._best else "best -"
+        best = f"best {self._unit.of(self._best[0]):.3f} ({self._best[1]})" if self._best else "best -"
         current = progress.current
         eta = "-" if current is None or current.eta_seconds is None else \
-            f"{current.label} {_duration(current.eta_seconds)}"
+            f"{current.label} {duration_text(current.eta_seconds)}"
         return (f"this run {done}/{left} done ({outcomes}), {progress.running} running  |  {_stages(progress)}  |  "
                 f"{best}  |  ETA {eta}")
+
+    def _read_study(self, progress: StudyProgress) -> None:
+        self._display.board.study_read(family_tallies(self._url, self._study), progress)
 
     def _progress(self) -> StudyProgress:
         return get_study(self._url, self._study).progress
@@ -98,7 +145,10 @@ class ProgressPrinter(Callback):
         return f"{self._study}/{trial.config['family']}{stage}#{trial.config['number']}"
 
     def _print(self, line: str) -> None:
-        self._console.print(line, soft_wrap=True)  # one line per event, also in a log file
+        if self._display is not None:
+            self._display.print(line)
+        else:
+            self._console.print(line, soft_wrap=True)  # one line per event, also in a log file
 
 
 def _stages(progress: StudyProgress) -> str:
@@ -107,8 +157,3 @@ def _stages(progress: StudyProgress) -> str:
 
 def _short(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -4,6 +4,7 @@ import logging
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from lm_tuner.tuner.cli.common import (
@@ -36,22 +37,43 @@ def launch(
 ) -> None:
     """Run a study: every family tuned at the same parameter budget, trials run by Ray Tune.
 
-    Launching a spec whose study exists (same name, identical spec) continues it.
+    Launching a spec whose study exists (same name, identical spec) continues it. The warnings of `tuner plan`
+    (without its probe) are printed first; a study that cannot learn its task (a reverse-copy example longer than
+    a training window) is refused.
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
     from lm_tuner.tuner.spec import SpecError
+    from lm_tuner.tuner.spec.feasibility import task_issues
     from lm_tuner.tuner.spec.shipped import UnknownSpace, resolve_space
 
     quiet_libraries()
     try:
-        spec, document = resolve_space(space).read()
+        resolved = resolve_space(space)
+        spec, document = resolved.read()
+        if impossible := task_issues(spec):
+            raise SpecError(impossible, resolved.source)
     except UnknownSpace as error:  # before SpecError's ValueError
         refuse(error)
     except SpecError as error:
         refuse_spec(error)
     settings = Settings.from_options(storage, artifacts, address)
+    _warn_or_refuse(spec)
     _run_study(spec, document, settings)
+
+
+def _warn_or_refuse(spec: "StudySpec") -> None:
+    """The plan's warnings, with the vocabulary of the corpus (read now; the launch reuses it). Data that cannot be
+    read, or a budget that fits no model, refuses the study here, as the launch would."""
+    from lm_tuner.tuner.run.controller import StudyRefused, prepared_corpus
+    from lm_tuner.tuner.spec.plan import study_warnings
+
+    try:
+        corpus = prepared_corpus(spec)
+    except StudyRefused as error:
+        refuse(error)
+    for warning in study_warnings(spec, len(corpus.vocabulary)):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
 def resume(
@@ -67,7 +89,7 @@ def resume(
 
 
 def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
-    from lm_tuner.tuner.cli.progress import ProgressPrinter
+    from lm_tuner.tuner.cli.progress import live_progress
     from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study
 
     console.print(
@@ -76,9 +98,8 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
         f"{spec.tuning.concurrency} at a time\n[dim]database {settings.storage_url}\n"
         f"checkpoints {settings.artifact_root}[/dim]"
     )
-    printer = ProgressPrinter(settings.storage_url, spec.name)
     try:
-        with stopping_cleanly():
+        with stopping_cleanly(), live_progress(settings.storage_url, spec) as printer:
             final = launch_study(spec, document, settings, callbacks=[printer])
     except (StudyConflict, StudyRefused) as error:
         refuse(error)

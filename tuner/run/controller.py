@@ -1,8 +1,9 @@
 """The controller: turns a validated spec into Optuna studies whose trials Ray Tune runs.
 
 One Optuna study per model family, each with the same budget, data, schedule and trial count, so
-families are compared on equal terms. The database is the source of truth: launching a study that
-already exists with the same spec continues it where it stopped.
+families are compared on equal terms; their trials take turns in one Ray Tune run (tuner.run.tuning), so a
+study stopped at any point has given every family about as many trials. The database is the source of
+truth: launching a study that already exists with the same spec continues it where it stopped.
 """
 
 from __future__ import annotations
@@ -18,25 +19,20 @@ from ray import tune
 from sqlalchemy import select
 
 from lm_tuner.trainers import Corpus, load_corpus
-from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.processes import signal_handlers_kept
-from lm_tuner.tuner.run.registration import TrialRegistrar
-from lm_tuner.tuner.run.reporting import OBJECTIVE, TURN
-from lm_tuner.tuner.run.stages import run_reruns, run_stage_two, run_test_protocols
-from lm_tuner.tuner.run.strategies import make_sampler, make_scheduler
-from lm_tuner.tuner.run.trial import run_trial
+from lm_tuner.tuner.run.ray_quiet import quiet_ray
+from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
+from lm_tuner.tuner.run.tuning import tune_families
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.feasibility import budget_issues
-from lm_tuner.tuner.spec.space import distributions, initial_points, optuna_study_name, trial_seed
+from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
+from lm_tuner.tuner.spec.space import optuna_study_name, trial_seed
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
 from lm_tuner.tuner.store.optuna_internals import storage_study_id, storage_trial_id
 from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
 
-# Ray's newer console output prints experiment banners even at verbose=0; the classic one is silent.
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 # Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
 # marked interrupted and the study can be continued; Tune's own handler would swallow it and stay installed.
 os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
@@ -84,7 +80,7 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
         corpus = load_corpus(spec.dataset)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise StudyRefused(f"dataset: {error.args[0] if error.args else error}") from error
-    issues = budget_issues(spec, len(corpus.vocabulary))
+    issues = task_issues(spec) + budget_issues(spec, len(corpus.vocabulary))
     if issues:
         raise StudyRefused("; ".join(issue.render(None) for issue in issues))
     return corpus
@@ -122,14 +118,16 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
+            record.artifact_root = str(settings.artifact_root.resolve())  # where `tuner best` finds checkpoints
         _fail_interrupted_trials(url, spec)
-        for family in spec.families:
-            _step(url, spec, lambda f=family: _tune_family(spec, f, vocab_size, settings, callbacks), settings)
+        _step(url, spec, lambda: tune_families(spec, vocab_size, settings, callbacks), settings)
         missing = sum(max(0, spec.tuning.trials - settled_trials(url, optuna_study_name(spec.name, f)))
                       for f in spec.families)
         if not missing and spec.reruns is not None:
             for family in spec.families:
                 _step(url, spec, lambda f=family: run_reruns(spec, f, vocab_size, settings, callbacks), settings)
+        if not missing:  # turns scored a validation subset: the best checkpoints on the whole split
+            _step(url, spec, lambda: run_full_validations(spec, settings), settings)
         if not missing and spec.evaluation is not None:
             _step(url, spec, lambda: run_test_protocols(spec, settings), settings)
         if not missing and spec.dynamic_evaluation is not None:
@@ -159,34 +157,6 @@ def _step(url: str, spec: StudySpec, work: Callable[[], None], settings: Setting
         work()
 
 
-def _tune_family(spec: StudySpec, family: str, vocab_size: int, settings: Settings,
-                 callbacks: Sequence[tune.Callback]) -> None:
-    url = settings.storage_url
-    optuna_name = optuna_study_name(spec.name, family)
-    remaining = spec.tuning.trials - settled_trials(url, optuna_name)
-    if remaining <= 0:
-        return
-    run_experiment(Experiment(
-        study=spec.name, family=family, optuna_name=optuna_name, trials=remaining,
-        space=distributions(spec, family),
-        sampler=make_sampler(spec.tuning.sampler, spec.tuning.seed, spec.tuning.startup_trials),
-        trainable=run_trial,
-        job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
-        registrar=TrialRegistrar(spec, family, vocab_size, url),
-        resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
-        concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
-        scheduler=make_scheduler(spec, OBJECTIVE, TURN),
-        points=[] if _has_trials(optuna_storage(url), optuna_name) else initial_points(spec, family),
-    ), settings, callbacks)
-
-
-def _has_trials(storage, study_name: str) -> bool:
-    try:
-        return bool(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
-    except KeyError:
-        return False
-
-
 def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTED_REASON) -> None:
     """Trials left RUNNING by a controller that stopped are failed explicitly, never left as zombies.
 
@@ -214,6 +184,7 @@ def _finish(url: str, name: str, status: str, error: str | None) -> None:
 def connect_ray(settings: Settings) -> None:
     if ray.is_initialized():
         return
+    quiet_ray()
     with signal_handlers_kept():  # how this process stops on SIGTERM is its command's choice, not Ray's
         ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False)

@@ -8,6 +8,7 @@ page.
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 from sqlalchemy import Select, bindparam, func, select
 
@@ -73,6 +74,13 @@ def study_families(url: str) -> list[str]:
 def study_exists(url: str, name: str) -> bool:
     with sessions(url)() as session:
         return session.scalar(select(StudyRecord.id).where(StudyRecord.name == name)) is not None
+
+
+def study_artifact_root(url: str, name: str) -> Path | None:
+    """The artifact store the study's checkpoints were written to, as the process that ran it recorded it."""
+    with sessions(url)() as session:
+        root = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
+    return None if root is None else Path(root)
 
 
 @retried_on_disconnect

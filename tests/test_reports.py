@@ -1,0 +1,236 @@
+"""Reports you can act on: `tuner status` shows every family and marks a running study's results provisional,
+`tuner compare` names a winner only from finished reruns, `tuner export` writes every metric of every trial.
+Trial rows are written directly (no Ray, no training), as tests/test_progress.py does."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pandas
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.study_facts import validation_label
+from lm_tuner.tuner.analysis.trial_frames import export_frame
+from lm_tuner.tuner.cli.app import app
+from lm_tuner.tuner.store.engine import sessions
+from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord
+from lm_tuner.tuner.store.studies import get_study
+from tests.conftest import TINY_SPEC
+from tests.test_progress import add_study, add_trial
+
+SUBSET = {**TINY_SPEC["training"], "validation_tokens": 2000}
+
+TWO_FAMILIES = {"families": ["lstm", "mogrifier"],
+                "fixed": {"num_layers": 1, "mogrifier_rounds": 2, "mogrifier_rank": 2}}
+
+
+def trial(url: str, study: str, family: str, state: str, value: float | None = None, stage: str = "tune") -> int:
+    trial_id = add_trial(url, study, stage, state, family=family)
+    with sessions(url).begin() as session:
+        session.get(TrialRecord, trial_id).value = value
+    return trial_id
+
+
+def rescore(url: str, trial_id: int, full_value: float) -> None:
+    """A trial tuned on a validation subset, scored on the whole split after tuning."""
+    with sessions(url).begin() as session:
+        session.get(TrialRecord, trial_id).full_value = full_value
+
+
+def set_status(url: str, study: str, status: str) -> None:
+    with sessions(url).begin() as session:
+        session.scalar(select(StudyRecord).where(StudyRecord.name == study)).status = status
+
+
+def command(url: str, *arguments: str) -> str:
+    result = CliRunner().invoke(app, [*arguments, "--storage", url], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def row(text: str, first_cell: str) -> list[str]:
+    """The cells of the table row that starts with `first_cell`."""
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│┃").split("│")]
+        if cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in\n{text}")
+
+
+def test_the_validation_label_comes_from_the_stored_spec():
+    assert validation_label({"training": {"validation_tokens": 2000}}) == "subset of 2,000 tokens"
+    assert validation_label({"training": {"validation_tokens": None}}) == "full"
+    assert validation_label({"training": {}}) == validation_label({}) == "full"  # stored before the field existed
+
+
+def test_status_of_a_running_study_shows_every_family_ranked_and_provisional(storage_url):
+    add_study(storage_url, "live", **TWO_FAMILIES, tuning={"trials": 8, "concurrency": 2}, training=SUBSET)
+    ids = [trial(storage_url, "live", "lstm", "COMPLETE", value) for value in (4.0, 3.0, 5.0, 2.5, 3.5, 4.5, 6.0)]
+    trial(storage_url, "live", "lstm", "PRUNED")
+    trial(storage_url, "live", "mogrifier", "RUNNING")
+    rescore(storage_url, ids[3], 2.6)
+
+    text = command(storage_url, "status", "live")
+    assert "live (running)" in text and "provisional" in text.splitlines()[1]
+    assert "best val ppl (subset of 2,000 tokens)" in text and "unigram baseline:" in text
+    assert row(text, "lstm")[1:8] == ["7", "1", "0", "0", f"{math.exp(2.5):.3f} (provisional)", f"{math.exp(2.6):.3f}",
+                                      "#3"]
+    assert row(text, "mogrifier")[1:8] == ["0", "0", "0", "1", "-", "-", "-"]
+    assert "lstm: best 5 of 7 complete trials" in text and "mogrifier: no complete trial yet" in text
+    assert row(text, "1")[1:4] == ["#3", f"{math.exp(2.5):.3f}", f"{math.exp(2.6):.3f}"]  # subset, then full
+    assert row(text, "2")[1:4] == ["#1", f"{math.exp(3.0):.3f}", "-"]  # not rescored
+    assert [row(text, str(rank))[1] for rank in range(3, 6)] == ["#4", "#0", "#5"]
+    assert "`tuner status live --all` lists every trial" in text
+
+    every = command(storage_url, "status", "live", "--all")
+    assert "lstm: all 8 trials" in every and "mogrifier: all 1 trials" in every
+    assert row(every, "7")[1:4] == ["#6", "complete", f"{math.exp(6.0):.3f}"]
+    assert "--all` lists" not in every
+
+    payload = json.loads(command(storage_url, "status", "live", "--json"))
+    assert payload["provisional"] is True and payload["tuning_validation"] == "subset of 2,000 tokens"
+    assert payload["families_tuning"]["lstm"]["pruned"] == 1 and "unknown_because" in payload["unigram_baseline"]
+
+
+def test_status_of_a_finished_study_is_not_provisional(storage_url):
+    add_study(storage_url, "done", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2})
+    trial(storage_url, "done", "lstm", "COMPLETE", 2.0)
+    trial(storage_url, "done", "mogrifier", "FAIL")
+    text = command(storage_url, "status", "done")
+    assert "done (complete)" in text and "provisional" not in text and "val ppl (full)" in text
+    assert row(text, "lstm")[5] == f"{math.exp(2.0):.3f}" and row(text, "mogrifier")[3] == "1"
+
+
+def test_the_unigram_baseline_is_the_corpus_s(storage_url):
+    corpus_stats = pytest.importorskip("lm_tuner.trainers.corpus_stats")
+    from lm_tuner.trainers import dataset_from_dict, load_corpus
+
+    add_study(storage_url, "base", status="complete")
+    expected = corpus_stats.unigram_perplexity(load_corpus(dataset_from_dict(get_study(storage_url, "base")
+                                                                             .spec["dataset"])))
+    assert f"unigram baseline: val ppl {expected:.3f}" in command(storage_url, "status", "base")
+
+
+def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url):
+    add_study(storage_url, "seeded", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2},
+              reruns={"top": 1, "seeds": 2})
+    trial(storage_url, "seeded", "lstm", "COMPLETE", 2.0)
+    trial(storage_url, "seeded", "mogrifier", "COMPLETE", 2.2)
+    for value in (1.0, 1.2):
+        trial(storage_url, "seeded", "lstm", "COMPLETE", value, stage="rerun")
+    trial(storage_url, "seeded", "mogrifier", "COMPLETE", 0.9, stage="rerun")
+    running = trial(storage_url, "seeded", "mogrifier", "RUNNING", stage="rerun")
+
+    found = comparison(storage_url, "seeded")
+    assert found.winner is None and found.verdict == "no winner yet: 3 of 4 reruns finished" and found.provisional
+    rerun_stage = next(s for s in get_study(storage_url, "seeded").progress.stages if s.stage == "rerun")
+    assert (found.reruns_finished, found.reruns_planned) == (rerun_stage.settled, rerun_stage.planned) == (3, 4)
+    assert [(r.reruns_finished, r.reruns_planned, r.valid.count) for r in found.families] == [(2, 2, 2), (1, 2, 1)]
+    text = command(storage_url, "compare", "seeded")
+    assert "no winner yet: 3 of 4 reruns finished" in text and "provisional" in text and "winner:" not in text
+
+    with sessions(storage_url).begin() as session:
+        record = session.get(TrialRecord, running)
+        record.state, record.value = "COMPLETE", 1.0
+    set_status(storage_url, "seeded", "complete")
+    found = comparison(storage_url, "seeded")
+    assert found.winner == "mogrifier" and not found.provisional and "reruns" in found.winner_by
+    mogrifier = found.families[1]
+    assert mogrifier.valid.mean == pytest.approx(math.exp(0.95), rel=0.01) and mogrifier.valid.count == 2
+    text = command(storage_url, "compare", "seeded")
+    assert "winner: mogrifier" in text and "(n=2)" in row(text, "mogrifier")[3] and "±" in row(text, "mogrifier")[3]
+    assert row(text, "lstm")[2] == "2/2"  # reruns finished
+    payload = json.loads(command(storage_url, "compare", "seeded", "--json"))
+    assert {"study", "unit", "families", "winner", "winner_by", "verdict", "reruns_planned"} <= set(payload)
+    assert payload["winner"] == "mogrifier" and payload["families"][1]["valid"]["count"] == 2
+
+
+def test_compare_waits_for_the_test_protocol_and_then_judges_on_it(storage_url):
+    add_study(storage_url, "judged", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2},
+              reruns={"top": 1, "seeds": 1}, evaluation={"bptt": 10})
+    finals = {}
+    for family, tuned, rerun in (("lstm", 2.0, 1.0), ("mogrifier", 2.1, 1.1)):
+        trial(storage_url, "judged", family, "COMPLETE", tuned)
+        finals[family] = trial(storage_url, "judged", family, "COMPLETE", rerun, stage="rerun")
+    found = comparison(storage_url, "judged")
+    assert found.winner is None and found.verdict == "no winner: the test protocol has scored 0 of 2 final models"
+    assert "†" in command(storage_url, "compare", "judged")  # training-time scores are marked as such
+    with sessions(storage_url).begin() as session:  # on full validation, mogrifier is better
+        for family, loss in (("lstm", 1.5), ("mogrifier", 1.4)):
+            session.add(EvaluationRecord(trial_id=finals[family], kind="deterministic", valid_loss=loss,
+                                         test_loss=loss + 0.1, logit_scale=1.0, settings={}))
+    found = comparison(storage_url, "judged")
+    assert found.winner == "mogrifier" and "test protocol" in found.winner_by
+    assert [r.valid_from for r in found.families] == ["test protocol", "test protocol"]
+
+
+def test_a_study_tuned_on_a_validation_subset_is_judged_on_the_full_set(storage_url):
+    add_study(storage_url, "rescored", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2},
+              reruns={"top": 1, "seeds": 1}, training=SUBSET)
+    finals = {}
+    for family, tuned, rerun in (("lstm", 2.0, 1.0), ("mogrifier", 2.1, 1.1)):
+        rescore(storage_url, trial(storage_url, "rescored", family, "COMPLETE", tuned), tuned + 0.2)
+        finals[family] = trial(storage_url, "rescored", family, "COMPLETE", rerun, stage="rerun")
+    found = comparison(storage_url, "rescored")
+    assert found.winner is None and found.tuning_validation == "subset of 2,000 tokens"
+    assert found.verdict == "no winner: 0 of 2 final models scored on the full validation set"
+    assert found.families[0].best_tuning_full == pytest.approx(math.exp(2.2))
+    rescore(storage_url, finals["lstm"], 1.5)
+    rescore(storage_url, finals["mogrifier"], 1.4)  # better than lstm on the whole set, worse on the subset
+    found = comparison(storage_url, "rescored")
+    assert found.winner == "mogrifier" and "rescored after tuning" in found.winner_by
+    assert [r.valid_from for r in found.families] == ["full rescoring", "full rescoring"]
+    text = command(storage_url, "compare", "rescored")
+    assert "best tuning run (val, subset of 2,000 tokens)" in text
+    assert row(text, "lstm")[1] == f"{math.exp(2.0):.2f}; full {math.exp(2.2):.2f}" and "†" not in text
+
+
+def test_without_reruns_single_tuning_runs_are_compared_and_every_family_shown(storage_url):
+    add_study(storage_url, "single", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
+    trial(storage_url, "single", "lstm", "COMPLETE", 2.0)
+    trial(storage_url, "single", "mogrifier", "FAIL")
+    found = comparison(storage_url, "single")
+    assert found.winner is None and found.verdict.startswith("no winner yet: 2 of 4 tuning trials finished")
+    assert "single tuning runs" in found.verdict
+    trial(storage_url, "single", "lstm", "PRUNED")
+    trial(storage_url, "single", "mogrifier", "FAIL")
+    found = comparison(storage_url, "single")
+    assert found.winner == "lstm" and "no reruns" in found.winner_by and not found.has_reruns
+    text = command(storage_url, "compare", "single")
+    assert row(text, "mogrifier")[1:3] == ["no result yet", "-"] and "winner: lstm" in text
+    assert "single tuning runs (no reruns in the spec: no mean over seeds)" in " ".join(text.split())  # (a title)
+
+
+def test_export_writes_every_metric_of_every_trial(storage_url):
+    add_study(storage_url, "exported", status="complete")
+    best = trial(storage_url, "exported", "lstm", "COMPLETE", 2.0)
+    trial(storage_url, "exported", "lstm", "PRUNED")
+    with sessions(storage_url).begin() as session:
+        for turn, val_loss in ((1, 2.5), (2, 2.0)):
+            session.add(TurnRecord(trial_id=best, turn=turn, step=4 * turn, train_loss=val_loss + 0.1,
+                                   val_loss=val_loss, best_val_loss=2.0, tokens_per_second=100.0,
+                                   wall_seconds=3.0 * turn, learning_rate=0.003))
+        session.add(EvaluationRecord(trial_id=best, kind="deterministic", valid_loss=1.9, test_loss=1.95,
+                                     logit_scale=0.95, settings={"bptt": 10}))
+        session.add(EvaluationRecord(trial_id=best, kind="mc", valid_loss=1.85, test_loss=1.9, logit_scale=1.0,
+                                     settings={"mc_samples": 2, "grid": [0.9, 1.0]}))
+    frame = export_frame(storage_url, "exported")
+    assert list(frame["state"]) == ["COMPLETE", "PRUNED"] and set(frame["value_validation_set"]) == {"full"}
+    first = frame.iloc[0]
+    assert first["eval.deterministic.valid_loss"] == 1.9
+    assert first["eval.mc.test_perplexity"] == pytest.approx(math.exp(1.9))
+    assert first["eval.mc.settings.mc_samples"] == 2 and first["eval.mc.settings.grid"] == "[0.9, 1.0]"
+    assert (first["last.turn"], first["last.val_loss"], first["last.wall_seconds"]) == (2, 2.0, 6.0)
+    assert first["interrupted"] == False  # noqa: E712 (a column of the trial record beyond the view's)
+    assert pandas.isna(frame.iloc[1]["last.turn"]) and pandas.isna(frame.iloc[1]["eval.mc.valid_loss"])
+
+    written = pandas.read_csv(io.StringIO(command(storage_url, "export", "exported")))
+    assert list(written.columns) == list(frame.columns)
+    records = json.loads(command(storage_url, "export", "exported", "--format", "json"))
+    assert records[0]["eval.deterministic.logit_scale"] == 0.95 and records[0]["last.learning_rate"] == 0.003
+

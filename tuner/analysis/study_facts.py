@@ -1,0 +1,61 @@
+"""What a report says beside a study's numbers: whether its status makes them provisional, which validation
+set the tuning scores are on, and the unigram baseline of its corpus (the score of word frequencies alone)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PROVISIONAL_STATUSES = ("queued", "running", "cancelling")
+
+
+def is_provisional(status: str) -> bool:
+    """Whether a study in `status` can still change its results."""
+    return status in PROVISIONAL_STATUSES
+
+
+def validation_tokens(spec: dict[str, Any]) -> int | None:
+    """The validation tokens the tuning scores are on, as the stored spec says (None: the full set; also for
+    studies stored before `training.validation_tokens` existed)."""
+    tokens = (spec.get("training") or {}).get("validation_tokens")
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def validation_label(spec: dict[str, Any]) -> str:
+    """'subset of 2,000 tokens' or 'full': which validation set a study's tuning scores are on."""
+    tokens = validation_tokens(spec)
+    return "full" if tokens is None else f"subset of {tokens:,} tokens"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The unigram perplexity of the corpus's validation split, or why it is unknown."""
+
+    perplexity: float | None
+    unknown_because: str | None = None
+
+    @property
+    def loss(self) -> float | None:
+        """As a cross-entropy in nats per token, the unit trials report."""
+        return None if self.perplexity is None else math.log(self.perplexity)
+
+
+def unigram_baseline(spec: dict[str, Any]) -> Baseline:
+    """The unigram baseline of the study's corpus, read here (a registered dataset only if it is already
+    downloaded: a report never downloads). Unknown, with the reason, when the corpus cannot be read."""
+    try:
+        from lm_tuner.trainers.corpus_stats import unigram_perplexity
+    except ImportError:  # trainers.corpus_stats is newer than some installs of this module
+        return Baseline(None, "this installation cannot compute it")
+    from lm_tuner.trainers import RegisteredDatasetConfig, dataset_from_dict, default_cache_dir, load_corpus, registered
+
+    try:
+        config = dataset_from_dict(spec["dataset"])
+        if isinstance(config, RegisteredDatasetConfig):
+            folder = default_cache_dir() / config.name
+            if not all((folder / name).is_file() for name in registered(config.name).members):
+                return Baseline(None, f"dataset {config.name!r} is not downloaded on this machine")
+        return Baseline(float(unigram_perplexity(load_corpus(config))))
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        return Baseline(None, f"its corpus cannot be read here ({' '.join(str(error).split())})")

@@ -1,0 +1,65 @@
+"""What `tuner compare` prints: the families side by side, each column saying which validation it is on, the
+unigram baseline of the corpus, and the winner (or why there is none yet)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from lm_tuner.tuner.analysis.comparison import Comparison, Estimate, FamilyResult
+from lm_tuner.tuner.analysis.study_facts import Baseline
+from lm_tuner.tuner.cli.common import console, unclipped
+
+TRAINING_MARK = "†"  # a validation score from training (the tuning score), not from the test protocol
+
+
+def print_comparison(found: Comparison, baseline: Baseline) -> None:
+    digits = 3 if found.unit == "bpc" else 2
+    over = "mean ± sd over the reruns" if found.has_reruns else \
+        "single tuning runs (no reruns in the spec: no mean over seeds)"
+    provisional = " — provisional: the study is still running" if found.provisional else ""
+
+    def cell(estimate: Estimate | None, row: FamilyResult | None = None) -> str:
+        if estimate is None:
+            return "-"
+        spread = f" ± {estimate.std:.{digits}f}" if estimate.count > 1 else ""
+        mark = f" {TRAINING_MARK}" if row is not None and row.valid_from == "training" else ""
+        return f"{estimate.mean:.{digits}f}{spread} (n={estimate.count}){mark}"
+
+    def best(row: FamilyResult) -> str:
+        if row.best_tuning is None:
+            return "no result yet"
+        full = "" if row.best_tuning_full is None else f"; full {row.best_tuning_full:.{digits}f}"
+        return f"{row.best_tuning:.{digits}f}{full}"
+
+    columns = {f"best tuning run (val, {found.tuning_validation})": best,
+               **({"reruns finished": lambda row: f"{row.reruns_finished}/{row.reruns_planned}"}
+                  if found.has_reruns else {}),
+               "val (full)": lambda row: cell(row.valid, row)}
+    later = {"test": "test", "MC val (full)": "mc_valid", "MC test": "mc_test", "dyneval val (full)": "dynamic_valid",
+             "dyneval test": "dynamic_test"}
+    for header, name in later.items():  # the evaluations the study has made (an empty column says nothing)
+        if any(getattr(row, name) is not None for row in found.families):
+            columns[header] = lambda row, name=name: cell(getattr(row, name))
+    table = Table("family", *columns, title=f"{found.study}: {found.unit}, {over}{provisional}")
+    for row in found.families:
+        table.add_row(row.family, *(show(row) for show in columns.values()))
+    console.print(unclipped(table))
+    notes = ["n: the final models (seeds) a mean is over"]
+    if any(header.startswith(("MC", "dyneval")) for header in columns):
+        notes.append("MC: Monte-Carlo dropout; dyneval: dynamic evaluation")
+    if any(row.valid_from == "training" for row in found.families):
+        notes.append(f"{TRAINING_MARK}: validation ({found.tuning_validation}) as scored during training; the test "
+                     f"protocol has not scored these models")
+    for note in notes:
+        console.print(note, style="dim", markup=False)
+    if baseline.loss is None:
+        console.print(f"unigram baseline: unknown ({baseline.unknown_because})", markup=False)
+    else:
+        score = baseline.loss / math.log(2) if found.unit == "bpc" else baseline.perplexity
+        console.print(f"unigram baseline: {score:.{digits}f} {found.unit} on validation (word frequencies alone)")
+    if found.winner:
+        console.print(f"winner: [bold]{found.winner}[/bold] (by the {found.winner_by})")
+    else:
+        console.print(found.verdict, style="yellow", markup=False)
