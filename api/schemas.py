@@ -126,14 +126,26 @@ class FamilyResultOut(BaseModel):
     dynamic_valid: EstimateOut | None
     dynamic_test: EstimateOut | None
     lineage: list[LineageOut]
+    best_tuning_full: float | None = Field(description="the best tuning run on the whole validation split, where "
+                                                       "turns scored a subset")
+    valid_from: str | None = Field(description="where `valid` comes from: test protocol, full rescoring or training")
+    reruns_planned: int | None = Field(description="null: the spec asks for no reruns")
+    reruns_finished: int | None
 
 
 class ComparisonOut(BaseModel):
     study: str
     unit: str
     families: list[FamilyResultOut]
-    winner: str | None
+    winner: str | None = Field(description="named only once every planned rerun (and evaluation) has finished")
     winner_by: str
+    status: str
+    provisional: bool = Field(description="the study still runs: every number can change")
+    has_reruns: bool
+    reruns_planned: int
+    reruns_finished: int
+    tuning_validation: str = Field(description="which validation set the tuning scores are on")
+    verdict: str = Field(description="the winner and why, or why there is none yet")
 
 
 class HistoryBest(BaseModel):

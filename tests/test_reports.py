@@ -8,6 +8,7 @@ import io
 import json
 import math
 
+import httpx
 import pandas
 import pytest
 from sqlalchemy import select
@@ -17,10 +18,11 @@ from lm_tuner.tuner.analysis.comparison import comparison
 from lm_tuner.tuner.analysis.study_facts import validation_label
 from lm_tuner.tuner.analysis.trial_frames import export_frame
 from lm_tuner.tuner.cli.app import app
+from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord
 from lm_tuner.tuner.store.studies import get_study
-from tests.conftest import TINY_SPEC
+from tests.conftest import TINY_SPEC, serve_app
 from tests.test_progress import add_study, add_trial
 
 SUBSET = {**TINY_SPEC["training"], "validation_tokens": 2000}
@@ -116,7 +118,7 @@ def test_the_unigram_baseline_is_the_corpus_s(storage_url):
     assert f"unigram baseline: val ppl {expected:.3f}" in command(storage_url, "status", "base")
 
 
-def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url):
+def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url, tmp_path):
     add_study(storage_url, "seeded", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2},
               reruns={"top": 1, "seeds": 2})
     trial(storage_url, "seeded", "lstm", "COMPLETE", 2.0)
@@ -133,6 +135,10 @@ def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url):
     assert [(r.reruns_finished, r.reruns_planned, r.valid.count) for r in found.families] == [(2, 2, 2), (1, 2, 1)]
     text = command(storage_url, "compare", "seeded")
     assert "no winner yet: 3 of 4 reruns finished" in text and "provisional" in text and "winner:" not in text
+    with serve_app(Settings(storage_url, tmp_path / "artifacts")) as base:  # REST says the same
+        served = httpx.get(f"{base}/studies/seeded/comparison").json()
+    assert served["verdict"] == found.verdict and served["provisional"] and served["winner"] is None
+    assert [family["reruns_finished"] for family in served["families"]] == [2, 1]
 
     with sessions(storage_url).begin() as session:
         record = session.get(TrialRecord, running)
