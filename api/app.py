@@ -15,11 +15,11 @@ from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.engine import ensure_schema
+from lm_tuner.tuner.store.storage import Storage
 
 
 def create_app(settings: Settings) -> FastAPI:
-    ensure_schema(settings.storage_url)
+    Storage(settings.storage_url).upgrade()
     app = FastAPI(
         title="lm-tuner",
         summary="Fair, tuned comparisons of recurrent language models",

@@ -9,8 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.studies import get_study, study_exists
-from lm_tuner.tuner.store.tokens import auth_enabled, token_is_valid
+from lm_tuner.tuner.store.storage import Storage
 from lm_tuner.tuner.store.views import StudyView
 
 SESSION_COOKIE = "lmt_token"  # the dashboard's sign-in: the token in an HttpOnly, SameSite=Strict cookie
@@ -36,7 +35,7 @@ class SignInRequired(HTTPException):
 
 
 def study_or_404(config: Settings, name: str) -> StudyView:
-    found = get_study(config.storage_url, name)
+    found = Storage(config.storage_url).study(name)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
     return found
@@ -44,7 +43,7 @@ def study_or_404(config: Settings, name: str) -> StudyView:
 
 def require_study(config: Settings, name: str) -> None:
     """404 unless the study exists (a cheap check; study_or_404 also loads counts and the best trial)."""
-    if not study_exists(config.storage_url, name):
+    if not Storage(config.storage_url).study_exists(name):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
 
 
@@ -55,11 +54,12 @@ def presented_token(request: Request, credentials: HTTPAuthorizationCredentials 
 
 def _refusal(config: Settings, token: str | None) -> str | None:
     """Why a request carrying `token` is refused, or None when it may go on."""
-    if not auth_enabled(config.storage_url):
+    storage = Storage(config.storage_url)
+    if not storage.auth_enabled():
         return None
     if token is None:
         return "this server requires a bearer token"
-    if not token_is_valid(config.storage_url, token):
+    if not storage.token_is_valid(token):
         return "the bearer token is unknown or revoked"
     return None
 

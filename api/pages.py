@@ -23,8 +23,7 @@ from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.documents import StudyOut, TrialOut
 from lm_tuner.tuner.store.schema import STUDY_STATUSES
-from lm_tuner.tuner.store.studies import list_studies, study_families
-from lm_tuner.tuner.store.trials import get_trial, study_trials
+from lm_tuner.tuner.store.storage import Storage
 from lm_tuner.tuner.store.views import TRIAL_STATES, StudyView
 
 router = APIRouter(include_in_schema=False)
@@ -47,7 +46,7 @@ def root() -> RedirectResponse:
 @router.get("/dashboard", **Html)
 def studies(config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Every study and comparison: status, progress, best score, families, budget; filters."""
-    families = study_families(config.storage_url)
+    families = Storage(config.storage_url).families()
     return render("studies.html", **_studies(config, None, None, None, 0), statuses=STUDY_STATUSES,
                   families=families, refresh_ms=int(refresh * 1000))
 
@@ -150,7 +149,7 @@ def _study(found: StudyView) -> dict[str, Any]:
 
 def _studies(config: Settings, status_filter: str | None, family: str | None, q: str | None,
              offset: int) -> dict[str, Any]:
-    page = list_studies(config.storage_url, status=status_filter, family=family, name_contains=q, limit=STUDIES_PAGE,
+    page = Storage(config.storage_url).studies(status=status_filter, family=family, name_contains=q, limit=STUDIES_PAGE,
                         offset=offset)
     query = urlencode({k: v for k, v in (("status", status_filter), ("family", family), ("q", q)) if v})
     return {"studies": [_study(s) for s in page.items], "total": page.total, "offset": offset,
@@ -160,7 +159,7 @@ def _studies(config: Settings, status_filter: str | None, family: str | None, q:
 def _trials(config: Settings, name: str, state: str | None, family: str | None, stage: str | None, sort: str,
             order: str, offset: int) -> dict[str, Any]:
     unit = _unit(config, name)
-    page = study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
+    page = Storage(config.storage_url).trials(name, state=state, family=family, stage=stage, sort=sort,
                         descending=order == "desc", limit=TRIALS_PAGE, offset=offset)
     rows = [{**asdict(t), "score": unit.of(t.value), "has_checkpoint": t.checkpoint is not None} for t in page.items]
     filters = urlencode({k: v for k, v in (("state", state), ("family", family), ("stage", stage)) if v})
@@ -174,7 +173,7 @@ def _comparison(config: Settings, name: str) -> dict[str, Any]:
 
 
 def _trial(config: Settings, trial_id: int) -> dict[str, Any]:
-    found = get_trial(config.storage_url, trial_id)
+    found = Storage(config.storage_url).trial(trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
     unit = _unit(config, found.study)

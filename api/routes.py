@@ -24,9 +24,8 @@ from lm_tuner.tuner.analysis.study_frames import study_unit
 from lm_tuner.tuner.analysis.trial_frames import pareto_frame
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store.documents import StudyDetailOut, StudyOut, TrialOut
-from lm_tuner.tuner.store.lifecycle import StudyStateError, cancel_study, delete_study
-from lm_tuner.tuner.store.studies import list_studies
-from lm_tuner.tuner.store.trials import study_trials
+from lm_tuner.tuner.store.lifecycle import StudyStateError
+from lm_tuner.tuner.store.storage import Storage
 from lm_tuner.tuner.store.views import Page, TrialView
 
 PARETO_AXES = {
@@ -61,7 +60,7 @@ async def studies(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> StudyPage:
-    page = await run_in_threadpool(list_studies, config.storage_url, status=status_filter, family=family,
+    page = await run_in_threadpool(Storage(config.storage_url).studies, status=status_filter, family=family,
                                    name_contains=q, limit=limit, offset=offset)
     return StudyPage(items=[StudyOut.of(s) for s in page.items], total=page.total, limit=limit, offset=offset)
 
@@ -79,7 +78,7 @@ async def study(name: StudyName, config: SettingsDep) -> StudyDetailOut:
 def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
     """Cancel a queued study at once, or a running one within seconds (its running trials stop)."""
     try:
-        return StatusOut(name=name, status=cancel_study(config.storage_url, name))
+        return StatusOut(name=name, status=Storage(config.storage_url).cancel(name))
     except KeyError as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
     except StudyStateError as error:
@@ -91,7 +90,7 @@ def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
 def remove(name: StudyName, config: SettingsDep) -> Response:
     """Delete a study that is not running: its trials, learning curves and checkpoint files."""
     try:
-        delete_study(config.storage_url, name, config.artifact_root)
+        Storage(config.storage_url).delete(name, config.artifact_root)
     except KeyError as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
     except StudyStateError as error:
@@ -116,7 +115,7 @@ async def trials(
 ) -> TrialPage:
     def page_of_trials() -> Page[TrialView]:
         require_study(config, name)
-        return study_trials(config.storage_url, name, state=state, family=family, stage=stage, sort=sort,
+        return Storage(config.storage_url).trials(name, state=state, family=family, stage=stage, sort=sort,
                             descending=order == "desc", limit=limit, offset=offset)
 
     page = await run_in_threadpool(page_of_trials)

@@ -22,7 +22,7 @@ from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import unit_of
-from lm_tuner.tuner.store.engine import optuna_storage
+from lm_tuner.tuner.store.storage import Storage
 
 router = APIRouter(tags=["sensitivity"])
 
@@ -66,7 +66,7 @@ def read_sensitivity(
         space = distributions(spec, family)
         best = top_trials(config.storage_url, name, family, "tune", 1)
         if parameter in space and best:
-            best_values[family] = optuna_storage(config.storage_url).get_trial(best[0].trial_id).params[parameter]
+            best_values[family] = Storage(config.storage_url).optuna().get_trial(best[0].trial_id).params[parameter]
             log = log or bool(getattr(space[parameter], "log", False))
     shown = effect["family"].iloc[0] if not effect.empty else None
     figure = sensitivity_figure(runs, effect, parameter, unit.title, best_values.get(shown), log)

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.api.deps import SESSION_COOKIE, SettingsDep, SignInRequired
 from lm_tuner.dashboards import render
-from lm_tuner.tuner.store.tokens import token_is_valid
+from lm_tuner.tuner.store.storage import Storage
 
 router = APIRouter(include_in_schema=False)
 
@@ -31,7 +31,7 @@ async def sign_in(request: Request, config: SettingsDep, token: Annotated[str, F
                   next_page: Annotated[str, Form(alias="next", max_length=2048)] = "/dashboard") -> Response:
     """A valid token sets the session cookie and returns to the page asked for; anything else shows the form."""
     token = token.strip()
-    if not token or not await run_in_threadpool(token_is_valid, config.storage_url, token):
+    if not token or not await run_in_threadpool(Storage(config.storage_url).token_is_valid, token):
         page = render("sign_in.html", next_page=_local(next_page), error="unknown or revoked token", refresh_ms=0)
         return HTMLResponse(page, status_code=status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse(_local(next_page), status_code=status.HTTP_303_SEE_OTHER)

@@ -17,7 +17,7 @@ from lm_tuner.api.schemas import (
 )
 from lm_tuner.tuner.analysis.study_frames import study_unit, trial_evaluations
 from lm_tuner.tuner.store.documents import TrialOut
-from lm_tuner.tuner.store.trials import get_trial, learning_curve
+from lm_tuner.tuner.store.storage import Storage
 
 router = APIRouter()
 NotFound = {404: {"description": "no such study or trial"}}
@@ -28,10 +28,10 @@ NotFound = {404: {"description": "no such study or trial"}}
 def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
     """One trial: hyperparameters, size, state (with the failure reason), learning curve, checkpoint, and its
     evaluations (test protocol, dynamic evaluation) with scores in the study's unit."""
-    found = get_trial(config.storage_url, trial_id)
+    found = Storage(config.storage_url).trial(trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
-    curve = [TurnOut.of(turn) for turn in learning_curve(config.storage_url, trial_id)]
+    curve = [TurnOut.of(turn) for turn in Storage(config.storage_url).learning_curve(trial_id)]
     unit = study_unit(config.storage_url, found.study)
     evaluations = [EvaluationOut(**asdict(e), valid_score=unit.of(e.valid_loss), test_score=unit.of(e.test_loss))
                    for e in trial_evaluations(config.storage_url, trial_id)]
@@ -43,7 +43,7 @@ def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
                        403: {"description": "the stored path leaves the artifact store"}})
 def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
     """The trial's best checkpoint, streamed (load it with `lm_tuner.trainers.load_checkpoint`)."""
-    found = get_trial(config.storage_url, trial_id)
+    found = Storage(config.storage_url).trial(trial_id)
     if found is None or found.checkpoint is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
     path = _inside_artifacts(config.artifact_root, found.checkpoint.path)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lm_tuner.tuner.settings import STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.store.storage import Storage
 
 token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
                         no_args_is_help=True)
@@ -17,17 +18,15 @@ auth_app = typer.Typer(help="Whether the REST API needs tokens: on from the firs
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
-Storage = Annotated[Optional[str], typer.Option(
+StorageOption = Annotated[Optional[str], typer.Option(
     "--storage", metavar="URL", help=f"SQLAlchemy URL of the database [default: ${STORAGE_VARIABLE}, else the "
                                      f"SQLite file in $LM_TUNER_HOME]")]
 
 
-def _url(storage: str | None) -> str:
-    from lm_tuner.tuner.store.engine import ensure_schema
-
-    url = Settings.from_options(storage, None).storage_url
-    ensure_schema(url)
-    return url
+def _database(storage: str | None) -> Storage:
+    database = Storage(Settings.from_options(storage, None).storage_url)
+    database.upgrade()
+    return database
 
 
 def _refuse(error: Exception) -> NoReturn:
@@ -37,69 +36,63 @@ def _refuse(error: Exception) -> NoReturn:
 
 @token_app.command("create")
 def token_create(name: Annotated[str, typer.Argument(help="who or what the token is for")],
-                 storage: Storage = None) -> None:
+                 storage: StorageOption = None) -> None:
     """Create a token and print it (it is stored hashed: this is the only time it is shown). Authentication is
     on from now on: every write needs a valid token, until `tuner auth off`."""
-    from lm_tuner.tuner.store.tokens import TokenError, create_token
+    from lm_tuner.tuner.store.tokens import TokenError
 
     try:
-        print(create_token(_url(storage), name))
+        print(_database(storage).create_token(name))
     except TokenError as error:
         _refuse(error)
 
 
 @token_app.command("revoke")
-def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: Storage = None) -> None:
+def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: StorageOption = None) -> None:
     """Revoke a token; requests carrying it are refused from now on. Authentication stays on, also when no
     active token is left (then nobody can write until a new token is created)."""
-    from lm_tuner.tuner.store.tokens import TokenError, revoke_token
+    from lm_tuner.tuner.store.tokens import TokenError
 
     try:
-        revoke_token(_url(storage), name)
+        _database(storage).revoke_token(name)
     except TokenError as error:
         _refuse(error)
     console.print(f"revoked {name}")
 
 
 @token_app.command("list")
-def token_list(storage: Storage = None) -> None:
+def token_list(storage: StorageOption = None) -> None:
     """Tokens by name, with when they were created and revoked."""
-    from lm_tuner.tuner.store.tokens import list_tokens
-
     table = Table("name", "created", "revoked")
-    for token in list_tokens(_url(storage)):
+    for token in _database(storage).list_tokens():
         table.add_row(token.name, str(token.created_at), str(token.revoked_at or "-"))
     console.print(table)
 
 
 @auth_app.command("status")
-def auth_status(storage: Storage = None) -> None:
+def auth_status(storage: StorageOption = None) -> None:
     """Whether the API needs tokens, and how many active tokens there are."""
-    from lm_tuner.tuner.store.tokens import auth_enabled, list_tokens
-
-    url = _url(storage)
-    active = sum(token.revoked_at is None for token in list_tokens(url))
-    state = "on: writes need a valid token" if auth_enabled(url) else "off: anyone who reaches the API can write"
+    database = _database(storage)
+    active = sum(token.revoked_at is None for token in database.list_tokens())
+    state = "on: writes need a valid token" if database.auth_enabled() else "off: anyone who reaches the API can write"
     console.print(f"authentication {state}; {active} active token(s)")
 
 
 @auth_app.command("on")
-def auth_on(storage: Storage = None) -> None:
+def auth_on(storage: StorageOption = None) -> None:
     """Turn authentication on again (needs an active token)."""
-    from lm_tuner.tuner.store.tokens import TokenError, set_auth
+    from lm_tuner.tuner.store.tokens import TokenError
 
     try:
-        set_auth(_url(storage), True)
+        _database(storage).set_auth(True)
     except TokenError as error:
         _refuse(error)
     console.print("authentication on")
 
 
 @auth_app.command("off")
-def auth_off(storage: Storage = None) -> None:
+def auth_off(storage: StorageOption = None) -> None:
     """Turn authentication off: anyone who can reach the API can submit, cancel and delete studies. A server
     listening beyond this machine then refuses to start without --insecure."""
-    from lm_tuner.tuner.store.tokens import set_auth
-
-    set_auth(_url(storage), False)
+    _database(storage).set_auth(False)
     console.print("authentication off")

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
 from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.store.storage import Storage
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec import SpecError, StudySpec
@@ -29,7 +30,7 @@ errors = Console(stderr=True, highlight=False, soft_wrap=True)  # an error is on
 options = {"debug": False}
 
 
-Storage = Annotated[Optional[str], typer.Option(
+StorageOption = Annotated[Optional[str], typer.Option(
     "--storage", metavar="URL",
     help=f"SQLAlchemy URL of the database, e.g. postgresql://user@host/db [default: ${STORAGE_VARIABLE}, "
          f"else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
@@ -46,10 +47,9 @@ JsonOutput = Annotated[bool, typer.Option("--json", help="print machine-readable
 
 
 def settings_for_reading(storage: str | None) -> Settings:
-    from lm_tuner.tuner.store.engine import ensure_schema
 
     settings = Settings.from_options(storage, None)
-    ensure_schema(settings.storage_url)
+    Storage(settings.storage_url).upgrade()
     return settings
 
 
@@ -92,10 +92,9 @@ def exit_stopped(how_to_continue: str) -> NoReturn:
 def stored_study(settings: Settings, name: str, *, missing_exit: int) -> tuple["StudySpec", str]:
     """The stored spec and document of study `name` (the schema created if need be); exits if there is none."""
     from lm_tuner.tuner.run.queue import stored_spec
-    from lm_tuner.tuner.store.engine import ensure_schema
 
     quiet_libraries()
-    ensure_schema(settings.storage_url)
+    Storage(settings.storage_url).upgrade()
     found = stored_spec(settings.storage_url, name)
     if found is None:
         no_such_study(settings, name, missing_exit)

@@ -1,25 +1,30 @@
 """Commands that change a study or the installation: `cancel`, `delete`, `db upgrade`, `kernels build`."""
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from lm_tuner.tuner.cli.common import (
+    Artifacts,
+    StorageOption,
+    console,
+    fail,
+    no_such_study,
+    refuse,
+    settings_for_reading,
+)
 from lm_tuner.tuner.settings import Settings
-
-if TYPE_CHECKING:
-    pass
-
-from lm_tuner.tuner.cli.common import Artifacts, Storage, console, fail, no_such_study, refuse, settings_for_reading
+from lm_tuner.tuner.store.storage import Storage
 
 
-def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Storage = None) -> None:
+def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: StorageOption = None) -> None:
     """Cancel a study: a queued one at once, a running one within seconds (its running trials stop, are
     marked failed and interrupted, and run again if the study is resumed)."""
-    from lm_tuner.tuner.store.lifecycle import StudyStateError, cancel_study
+    from lm_tuner.tuner.store.lifecycle import StudyStateError
 
     settings = settings_for_reading(storage)
     try:
-        console.print(f"{name}: {cancel_study(settings.storage_url, name)}")
+        console.print(f"{name}: {Storage(settings.storage_url).cancel(name)}")
     except KeyError:
         no_such_study(settings, name, 1)
     except StudyStateError as error:
@@ -28,19 +33,19 @@ def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Sto
 
 def delete(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
-    from lm_tuner.tuner.store.lifecycle import StudyStateError, delete_study
+    from lm_tuner.tuner.store.lifecycle import StudyStateError
 
     settings = Settings.from_options(storage, artifacts)
     settings_for_reading(storage)
     if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints?"):
         raise typer.Exit(1)
     try:
-        delete_study(settings.storage_url, name, settings.artifact_root)
+        Storage(settings.storage_url).delete(name, settings.artifact_root)
     except KeyError:
         no_such_study(settings, name, 1)
     except StudyStateError as error:
@@ -52,15 +57,14 @@ db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
-def db_upgrade(storage: Storage = None) -> None:
+def db_upgrade(storage: StorageOption = None) -> None:
     """Create or migrate Optuna's and lm-tuner's tables to the installed version (safe to repeat).
 
     Run it once before starting several workers on a new PostgreSQL database."""
-    from lm_tuner.tuner.store.engine import current_revision, ensure_schema
-
     settings = Settings.from_options(storage, None)
-    ensure_schema(settings.storage_url)
-    console.print(f"{settings.storage_url}: schema at revision {current_revision(settings.storage_url)}")
+    database = Storage(settings.storage_url)
+    database.upgrade()
+    console.print(f"{settings.storage_url}: schema at revision {database.revision()}")
 
 
 kernels_app = typer.Typer(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)

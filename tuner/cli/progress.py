@@ -25,7 +25,7 @@ from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.progress import StudyProgress
 from lm_tuner.tuner.store.schema import TrialRecord
-from lm_tuner.tuner.store.studies import get_study
+from lm_tuner.tuner.store.storage import Storage
 
 OUTCOMES = {"COMPLETE": "[green]complete[/green]", "PRUNED": "[yellow]pruned[/yellow]", "FAIL": "[red]failed[/red]"}
 INTERRUPTED = "[yellow]interrupted[/yellow]"  # failed because the run stopped; a resume runs it again
@@ -44,7 +44,6 @@ def live_progress(storage_url: str, spec: StudySpec, console: Console | None = N
 class ProgressPrinter(Callback):
     """Prints trial starts and ends with this run's and the study's progress, the best so far and an ETA; feeds
     a live board, if given one, with the trials' starts, turns and ends."""
-
     def __init__(self, storage_url: str, study: str, display: ProgressDisplay | None = None) -> None:
         self._url = storage_url
         self._study = study
@@ -89,7 +88,7 @@ class ProgressPrinter(Callback):
         """Notes what the study had settled before this run (interrupted trials were failed by then)."""
         if self._settled_before is not None:
             return
-        study = get_study(self._url, self._study)
+        study = Storage(self._url).study(self._study)
         self._unit = unit_of(study.spec)
         progress = study.progress
         self._settled_before = {stage.stage: stage.settled for stage in progress.stages}
@@ -134,7 +133,7 @@ class ProgressPrinter(Callback):
         self._display.board.study_read(family_tallies(self._url, self._study), progress)
 
     def _progress(self) -> StudyProgress:
-        return get_study(self._url, self._study).progress
+        return Storage(self._url).study(self._study).progress
 
     def _record(self, trial: Any) -> TrialRecord:
         with sessions(self._url)() as session:

@@ -11,20 +11,21 @@ from rich.table import Table
 from lm_tuner.tuner.cli.common import (
     Artifacts,
     JsonOutput,
-    Storage,
+    StorageOption,
     console,
     no_such_study,
     refuse,
     settings_for_reading,
 )
 from lm_tuner.tuner.cli.status_report import print_study
+from lm_tuner.tuner.store.storage import Storage
 
 __all__ = ["best", "compare", "export", "list_command", "print_study", "status"]
 
 
 def status(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     json_output: JsonOutput = False,
     every_trial: Annotated[bool, typer.Option("--all", help="list every trial of each family, not only the best 5")]
     = False,
@@ -37,13 +38,12 @@ def status(
         no_such_study(settings, name, 1)
 
 
-def list_command(storage: Storage = None, json_output: JsonOutput = False) -> None:
+def list_command(storage: StorageOption = None, json_output: JsonOutput = False) -> None:
     """List studies, newest first."""
     from lm_tuner.tuner.store.documents import StudyOut
-    from lm_tuner.tuner.store.studies import list_studies
 
     settings = settings_for_reading(storage)
-    studies = list_studies(settings.storage_url).items
+    studies = Storage(settings.storage_url).studies().items
     if json_output:
         print(json.dumps([StudyOut.of(s).model_dump(mode="json") for s in studies], indent=2))
         return
@@ -57,24 +57,23 @@ def list_command(storage: Storage = None, json_output: JsonOutput = False) -> No
 
 def best(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     json_output: JsonOutput = False,
 ) -> None:
     """The best complete trial of each family: value, hyperparameters, size and checkpoint (in the artifact store
     the study ran with, unless --artifacts names another)."""
     from lm_tuner.tuner.store.documents import TrialOut
-    from lm_tuner.tuner.store.studies import best_trials, study_artifact_root
 
     settings = settings_for_reading(storage)
-    found = best_trials(settings.storage_url, name)
+    found = Storage(settings.storage_url).best_trials(name)
     if found is None:
         no_such_study(settings, name, 1)
     if json_output:
         print(json.dumps({family: TrialOut.of(trial).model_dump(mode="json") if trial else None
                           for family, trial in found.items()}, indent=2))
         return
-    root = artifacts or study_artifact_root(settings.storage_url, name) or settings.artifact_root
+    root = artifacts or Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
     for family, trial in found.items():
         if trial is None:
             console.print(f"[bold]{family}[/bold]: no complete trial yet")
@@ -92,7 +91,7 @@ def best(
 
 def compare(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     json_output: JsonOutput = False,
 ) -> None:
     """The families side by side (Table 2.1 of the paper): best tuning run, then validation and test with
@@ -103,13 +102,12 @@ def compare(
     from lm_tuner.tuner.analysis.comparison import comparison
     from lm_tuner.tuner.analysis.study_facts import unigram_baseline
     from lm_tuner.tuner.cli.compare_report import print_comparison
-    from lm_tuner.tuner.store.studies import get_study
 
     settings = settings_for_reading(storage)
     found = comparison(settings.storage_url, name)
     if found is None:
         no_such_study(settings, name, 1)
-    baseline = unigram_baseline(get_study(settings.storage_url, name).spec)
+    baseline = unigram_baseline(Storage(settings.storage_url).study(name).spec)
     if json_output:
         print(json.dumps(asdict(found) | {"unigram_baseline": asdict(baseline)}, indent=2))
         return
@@ -118,7 +116,7 @@ def compare(
 
 def export(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     output_format: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write [default: stdout]")] = None,
 ) -> None:
@@ -126,12 +124,11 @@ def export(
     it is on), size, hyperparameters (param.*), the final evaluations (eval.KIND.*: test protocol, MC dropout,
     dynamic evaluation) and the last learning-curve values (last.*)."""
     from lm_tuner.tuner.analysis.trial_frames import export_frame
-    from lm_tuner.tuner.store.studies import get_study
 
     if output_format not in ("csv", "json"):
         refuse(f"--format: got {output_format!r}; allowed: csv, json")
     settings = settings_for_reading(storage)
-    if get_study(settings.storage_url, name) is None:
+    if Storage(settings.storage_url).study(name) is None:
         no_such_study(settings, name, 1)
     table = export_frame(settings.storage_url, name)
     text = table.to_csv(index=False) if output_format == "csv" else table.to_json(orient="records", indent=2,

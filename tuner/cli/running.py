@@ -10,7 +10,7 @@ from rich.table import Table
 from lm_tuner.tuner.cli.common import (
     Address,
     Artifacts,
-    Storage,
+    StorageOption,
     console,
     exit_stopped,
     quiet_libraries,
@@ -31,7 +31,7 @@ def launch(
         "--space", metavar="FILE|NAME",
         help="the study spec (YAML or JSON): a file, else a shipped space by name (mogrifier_ptb.yaml, mogrifier_ptb, "
              "small/mogrifier_ptb; `tuner spaces` lists them)")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     address: Address = None,
 ) -> None:
@@ -78,7 +78,7 @@ def _warn_or_refuse(spec: "StudySpec") -> None:
 
 def resume(
     name: Annotated[str, typer.Argument(help="study name")],
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     address: Address = None,
 ) -> None:
@@ -117,7 +117,7 @@ def sensitivity(
     points: Annotated[int, typer.Option(min=2, help="moved values across best ± 15% of the range")] = 5,
     family: Annotated[Optional[str], typer.Option(help="the family whose best to move [default: the best family]")]
     = None,
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     address: Address = None,
 ) -> None:
@@ -158,7 +158,7 @@ def sensitivity(
 
 
 def worker(
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster to run trials on")] = None,
     once: Annotated[bool, typer.Option("--once", help="exit when the queue is empty")] = False,

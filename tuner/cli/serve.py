@@ -5,16 +5,13 @@ import os
 import socket
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
+from lm_tuner.tuner.cli.common import Artifacts, StorageOption, console, refuse, stop_process, stopping_cleanly
 from lm_tuner.tuner.settings import Settings
-
-if TYPE_CHECKING:
-    pass
-
-from lm_tuner.tuner.cli.common import Artifacts, Storage, console, refuse, stop_process, stopping_cleanly
+from lm_tuner.tuner.store.storage import Storage
 
 TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
 
@@ -23,7 +20,7 @@ WORKER_GRACE_SECONDS = 15  # `serve` waits this long for its worker to put its s
 
 
 def serve(
-    storage: Storage = None,
+    storage: StorageOption = None,
     artifacts: Artifacts = None,
     host: Annotated[str, typer.Option(help="interface to listen on (beyond this machine needs authentication on, "
                                            "or --insecure)")] = "127.0.0.1",
@@ -47,22 +44,20 @@ def serve(
     import uvicorn
 
     from lm_tuner.api.app import create_app
-    from lm_tuner.tuner.store.engine import ensure_schema
-    from lm_tuner.tuner.store.tokens import TokenError, auth_enabled
-    from lm_tuner.tuner.store.tokens import initial_token as first_token
+    from lm_tuner.tuner.store.tokens import TokenError
 
     settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
-    ensure_schema(settings.storage_url)
+    Storage(settings.storage_url).upgrade()
     if initial_token is not None:
         given = os.environ.get(TOKEN_VARIABLE) or None  # compose passes an unset variable as empty
         try:
-            created = first_token(settings.storage_url, initial_token, given)
+            created = Storage(settings.storage_url).initial_token(initial_token, given)
         except TokenError as error:
             refuse(error)
         if created is not None:
             shown = f"its secret is ${TOKEN_VARIABLE}" if given else f"shown only this once: {created}"
             console.print(f"created API token {initial_token!r} and turned authentication on; {shown}")
-    if not auth_enabled(settings.storage_url):
+    if not Storage(settings.storage_url).auth_enabled():
         if private_reads:
             refuse("--private-reads: authentication is off; create a token first (`tuner token create NAME`)")
         if not _is_loopback(host) and not insecure:

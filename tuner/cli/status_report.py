@@ -15,8 +15,7 @@ from lm_tuner.tuner.cli.common import console, duration_text, score_name, unclip
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.documents import StudyDetailOut, TrialOut
-from lm_tuner.tuner.store.studies import best_trials, get_study
-from lm_tuner.tuner.store.trials import study_trials
+from lm_tuner.tuner.store.storage import Storage
 from lm_tuner.tuner.store.views import StudyView, TrialView
 
 SHOWN_PER_FAMILY = 5  # ranked trials of each family shown without --all
@@ -27,14 +26,14 @@ FAILURES_SHOWN = 10
 def print_study(settings: Settings, name: str, *, as_json: bool = False, every_trial: bool = False) -> bool:
     """Print the study `name`; False if there is none."""
     url = settings.storage_url
-    study = get_study(url, name)
+    study = Storage(url).study(name)
     if study is None:
         return False
     tallies = family_tallies(url, name)
     baseline = unigram_baseline(study.spec)
     if as_json:
         payload = StudyDetailOut.of(study).model_dump(mode="json")
-        payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in study_trials(url, name).items]
+        payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in Storage(url).trials(name).items]
         payload |= {"provisional": is_provisional(study.status), "tuning_validation": validation_label(study.spec),
                     "unigram_baseline": asdict(baseline),
                     "families_tuning": {family: asdict(tally(tallies, family, "tune")) for family in study.families}}
@@ -42,7 +41,7 @@ def print_study(settings: Settings, name: str, *, as_json: bool = False, every_t
         return True
     unit = unit_of(study.spec)
     _print_heading(study, unit, baseline)
-    _print_families(study, tallies, best_trials(url, name), unit)
+    _print_families(study, tallies, Storage(url).best_trials(name), unit)
     hidden = False
     for family in study.families:
         hidden |= _print_ranked(url, study, family, tally(tallies, family, "tune"), unit, every_trial)
@@ -100,7 +99,7 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
     """The family's tuning trials, best first: the best few complete ones, or every trial. True if some were
     left out."""
     state = None if every_trial else "COMPLETE"
-    page = study_trials(url, study.name, family=family, stage="tune", state=state, sort="value",
+    page = Storage(url).trials(study.name, family=family, stage="tune", state=state, sort="value",
                         limit=None if every_trial else SHOWN_PER_FAMILY)
     if not page.items:
         console.print(f"[bold]{family}[/bold]: no {'' if every_trial else 'complete '}trial yet")
@@ -125,7 +124,7 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
 
 
 def _print_failures(url: str, name: str) -> None:
-    failed = study_trials(url, name, state="FAIL", limit=FAILURES_SHOWN)
+    failed = Storage(url).trials(name, state="FAIL", limit=FAILURES_SHOWN)
     for trial in failed.items:
         console.print(f"{trial.family}#{trial.number} failed: {trial.fail_reason}", style="red", markup=False)
     if failed.total > len(failed.items):
