@@ -44,6 +44,17 @@ def tiny_spec() -> Callable[..., str]:
     return build
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for the test, then as it was."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     import ray

@@ -43,12 +43,7 @@ def corpus():
     return load_corpus(MarkovCorpusConfig(vocab_size=24, train_tokens=6000, valid_tokens=1000, test_tokens=600))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # numbers independent of the thread count
 
 
 def model_of(corpus) -> ModelConfig:

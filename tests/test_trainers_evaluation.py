@@ -27,13 +27,7 @@ from lm_tuner.trainers import (
 from lm_tuner.trainers.batching import batchify
 from lm_tuner.trainers.evaluation import LOGIT_SCALES
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # numbers independent of the thread count
 
 
 @pytest.fixture(scope="module")

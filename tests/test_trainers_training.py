@@ -38,12 +38,7 @@ def corpus():
     return load_corpus(CORPUS_CONFIG)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # numbers independent of the thread count
 
 
 def tiny_model(corpus, **dropout) -> ModelConfig:
