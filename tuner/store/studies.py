@@ -94,19 +94,6 @@ def get_study(url: str, name: str) -> StudyView | None:
     return _study_view(row, best.get(row.best_trial_id), progress[row.name])
 
 
-def family_counts(url: str, name: str) -> dict[str, dict[str, int]]:
-    """Trials per state for each family of a study (every state present, zeros included)."""
-    with sessions(url)() as session:
-        families = session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))["families"]
-        counts = {family: dict.fromkeys(TRIAL_STATES, 0) for family in families}
-        for family, state, count in session.execute(
-                select(TrialRecord.family, TrialRecord.state, func.count())
-                .where(TrialRecord.study_name == name, TrialRecord.stage == "tune")
-                .group_by(TrialRecord.family, TrialRecord.state)):
-            counts[family][state] = count
-    return counts
-
-
 def best_trials(url: str, name: str) -> dict[str, TrialView | None] | None:
     """The best complete trial per family (None for a family without one); None if no such study."""
     study = get_study(url, name)
