@@ -33,11 +33,12 @@ def test_wheel_carries_package_data(tmp_path):
 
 
 def test_every_package_folder_is_installed():
-    """pyproject.toml lists the packages by hand (the folders map into the lm_tuner namespace): none forgotten."""
+    """pyproject.toml lists the packages by hand (the folders map into the lm_tuner namespace), data-only folders
+    too: none forgotten."""
     configured = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {f"lm_tuner.{'.'.join(path.parent.relative_to(ROOT).parts)}"
-               for package in (*PACKAGES, "spaces") for path in (ROOT / package).rglob("*.py")
-               if "__pycache__" not in path.parts}
+               for package in (*PACKAGES, "spaces") for path in (ROOT / package).rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts}
     assert configured == folders
 
 
