@@ -30,12 +30,10 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from lm_tuner.tuner.spec import parse_spec  # noqa: E402
-from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage  # noqa: E402
-from lm_tuner.tuner.store.optuna_internals import optuna_models as models  # noqa: E402
-from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, families_column  # noqa: E402
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage
+from lm_tuner.tuner.store.optuna_internals import optuna_models as models
+from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord, TurnRecord, families_column
 
 SPACE = {
     "learning_rate": FloatDistribution(0.001, 0.004, log=True),

@@ -26,7 +26,6 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_latency import FAMILIES, SPACE, STUDY, free_port, seed, wait_until_up  # noqa: E402
 
