@@ -117,7 +117,8 @@ def test_sbatch_starts_the_head_then_the_workers_then_the_runner(tmp_path):
     ({"LM_TUNER_STORAGE": "sqlite:////home/me/private.db"}, "must be a PostgreSQL URL"),
     ({"LM_TUNER_ARTIFACTS": "artifacts"}, "set LM_TUNER_ARTIFACTS to an absolute path"),
     ({"STUB_UNSHARED": "1"}, "not visible from every node"),
-    ({"STUB_MAX_NODES": "1", "LM_TUNER_RAY_WAIT_SECONDS": "1"}, "only 1 of 3 Ray nodes joined within 1s"),
+    # long enough for the head's own `ray start` (a background process) to register on a loaded machine
+    ({"STUB_MAX_NODES": "1", "LM_TUNER_RAY_WAIT_SECONDS": "8"}, "only 1 of 3 Ray nodes joined within 8s"),
 ])
 def test_sbatch_stops_with_a_clear_message(tmp_path, variables, message):
     run, calls = dry_run(tmp_path, **variables)
