@@ -225,9 +225,11 @@ def our_model_config(name: str, vocab_size: int, budget: int, overrides: dict[st
     return solve_hidden_size(ModelConfig(vocab_size=vocab_size, hidden_size=1, **fields), budget)
 
 
-def our_training_config(budget_seconds: float, steps_per_turn: int, overrides: dict[str, Any]) -> TrainingConfig:
+def our_training_config(budget_seconds: float | None, steps_per_turn: int, overrides: dict[str, Any],
+                        budget_steps: int | None = None) -> TrainingConfig:
     settings = OUR_TRAINING | {key: value for key, value in overrides.items() if key in OUR_TRAINING}
-    schedule = Schedule(budget_seconds=budget_seconds, clock="wall", steps_per_turn=steps_per_turn,
+    schedule = Schedule(budget_seconds=budget_seconds, budget_steps=budget_steps, clock="wall",
+                        steps_per_turn=steps_per_turn,
                         batch_size=settings["batch_size"], bptt=settings["bptt"], eval_batch_size=EVAL_BATCH_SIZE,
                         max_grad_norm=settings["max_grad_norm"], averaging=TwoTailedAveragingConfig())
     return TrainingConfig(schedule=schedule, learning_rate=settings["learning_rate"],
@@ -249,10 +251,14 @@ def replace_schedule(config: TrainingConfig, **fields: Any) -> TrainingConfig:
 
 
 def train_ours(name: str, corpus: Corpus, eval_text: Tensor, budget_seconds: float, eval_every: float,
-               parameter_budget: int, overrides: dict[str, Any]) -> dict[str, Any]:
+               parameter_budget: int, overrides: dict[str, Any], steps: int | None = None,
+               steps_per_turn: int = 100) -> dict[str, Any]:
     model_config = our_model_config(name, len(corpus.vocabulary), parameter_budget, overrides)
-    step_seconds = seconds_per_step(model_config, our_training_config(1e9, 1, overrides), corpus)
-    config = our_training_config(budget_seconds, max(1, round(eval_every / step_seconds)), overrides)
+    if steps is not None:  # a step budget: the same numbers whatever else the machine is doing
+        config = our_training_config(None, steps_per_turn, overrides, budget_steps=steps)
+    else:
+        step_seconds = seconds_per_step(model_config, our_training_config(1e9, 1, overrides), corpus)
+        config = our_training_config(budget_seconds, max(1, round(eval_every / step_seconds)), overrides)
     steps_per_turn = config.schedule.steps_per_turn
     curve: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
@@ -280,7 +286,7 @@ def _turn_point(report: TurnReport) -> dict[str, Any]:
 
 def run_model(name: str, data: str, minutes: float, threads: int, cores: list[int] | None, eval_every: float,
               eval_tokens: int, parameter_budget: int, reference_parameters_target: int,
-              overrides: dict[str, Any]) -> dict[str, Any]:
+              overrides: dict[str, Any], steps: int | None = None, steps_per_turn: int = 100) -> dict[str, Any]:
     """Train one model on `threads` threads (pinned to `cores` when given) and return its record."""
     set_threads(threads)
     if cores is not None:
@@ -291,7 +297,8 @@ def run_model(name: str, data: str, minutes: float, threads: int, cores: list[in
     if name == "reference":
         record = train_reference(corpus, eval_text, budget, eval_every, reference_parameters_target)
     else:
-        record = train_ours(name, corpus, eval_text, budget, eval_every, parameter_budget, overrides)
+        record = train_ours(name, corpus, eval_text, budget, eval_every, parameter_budget, overrides, steps,
+                            steps_per_turn)
     return dict(record, cores=sorted(os.sched_getaffinity(0)), torch_threads=torch.get_num_threads(),
                 summary=summarise(record))
 
@@ -382,6 +389,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the reference's size: largest emsize = nhid within this count (default 3.6M)")
     parser.add_argument("--first-core", type=int, default=0,
                         help="skip this many cores (to run several invocations side by side)")
+    parser.add_argument("--steps", type=int,
+                        help="our models train this many steps instead of --minutes (deterministic: for before/after "
+                             "comparisons of a change on a busy machine); the reference model cannot be run with it")
+    parser.add_argument("--steps-per-turn", type=int, default=100,
+                        help="with --steps: steps between validation evaluations (default 100)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                         help="override a fixed setting of our models (a training setting such as learning_rate "
                              "or batch_size, or a model field such as input_embedding_ratio); repeatable")
@@ -390,6 +402,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(arguments.models.split(",")) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {','.join(unknown)}; allowed: {','.join(MODELS)}")
+    if arguments.steps is not None and "reference" in arguments.models.split(","):
+        parser.error("--steps: the reference model trains for --minutes only; leave it out of --models")
     return arguments
 
 
@@ -418,16 +432,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     records = run_all(models, arguments.parallel, cores, data=arguments.data, minutes=arguments.minutes,
                       threads=arguments.threads, eval_every=arguments.eval_every, eval_tokens=arguments.eval_tokens,
                       parameter_budget=arguments.parameter_budget,
-                      reference_parameters_target=arguments.reference_parameters, overrides=arguments.overrides)
+                      reference_parameters_target=arguments.reference_parameters, overrides=arguments.overrides,
+                      steps=arguments.steps, steps_per_turn=arguments.steps_per_turn)
     output = {
         "benchmark": "ptb_short",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": dict(machine(arguments.threads), load_average_before=load_before,
                         load_average_after=os.getloadavg()),
         "settings": {
-            "minutes": arguments.minutes,
+            "minutes": None if arguments.steps else arguments.minutes,
+            "steps": arguments.steps,
+            "steps_per_turn": arguments.steps_per_turn if arguments.steps else None,
             "parallel": arguments.parallel,
-            "clock": "wall-clock seconds from the start of each run; evaluations count inside the budget",
+            "clock": ("a step budget: wall and CPU seconds are recorded, not budgeted" if arguments.steps else
+                      "wall-clock seconds from the start of each run; evaluations count inside the budget"),
             "eval_every_seconds_of_training": arguments.eval_every,
             "eval_tokens_during_training": min(arguments.eval_tokens, int(load_ptb(arguments.data).valid.numel())),
             "valid_tokens": int(load_ptb(arguments.data).valid.numel()),

@@ -88,3 +88,17 @@ def test_ptb_short_overrides_reach_our_models(tiny_ptb: Path) -> None:
 def test_ptb_short_refuses_unknown_overrides(tiny_ptb: Path) -> None:
     with pytest.raises(SystemExit):
         ptb_short.main(["--data", str(tiny_ptb), "--set", "learning_rat=0.1"])
+
+
+def test_ptb_short_step_budget_trains_exactly_that_many_steps(tiny_ptb: Path) -> None:
+    arguments = ["--data", str(tiny_ptb), "--steps", "6", "--steps-per-turn", "4", "--threads", "1",
+                 "--eval-tokens", "200", "--parameter-budget", "6000", "--models", "lstm"]
+    first, second = ptb_short.main(arguments), ptb_short.main(arguments)
+    assert [point["step"] for point in first["models"]["lstm"]["curve"]] == [4, 6]
+    assert first["settings"]["steps"] == 6 and first["settings"]["minutes"] is None
+    assert first["models"]["lstm"]["full_valid_ppl"] == second["models"]["lstm"]["full_valid_ppl"]  # deterministic
+
+
+def test_ptb_short_step_budget_leaves_the_wall_clock_reference_out(tiny_ptb: Path) -> None:
+    with pytest.raises(SystemExit):
+        ptb_short.main(["--data", str(tiny_ptb), "--steps", "6"])
