@@ -143,6 +143,47 @@ def test_divergence_restarts_from_the_last_good_turn_with_a_lower_learning_rate(
     assert recovered.turns[1].val_loss != clean.turns[1].val_loss
 
 
+def test_divergence_backoff_compounds_over_retries_from_the_same_state(corpus, monkeypatch) -> None:
+    config = TrainingConfig(schedule=schedule(turns=3, divergence_retries=3), learning_rate=0.01)
+    calls = inject_nan_at(monkeypatch, {6, 8, 10})  # turn 2 diverges at its second step, three times running
+    recovered = train(tiny_model(corpus), config, corpus, device=CPU)
+    assert calls[0] == 4 + 3 * 2 + 4 + 4
+    assert [t.divergences for t in recovered.turns] == [0, 3, 3]
+    assert [t.learning_rate for t in recovered.turns] == pytest.approx([0.01, 0.01 * 0.729, 0.01 * 0.729])
+
+
+def test_divergence_backoff_survives_resume(corpus, monkeypatch, tmp_path: Path) -> None:
+    config = TrainingConfig(schedule=schedule(turns=3), learning_rate=0.01)
+    inject_nan_at(monkeypatch, {6})
+
+    def crash_after_turn_2(report) -> None:
+        if report.turn == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_model(corpus), config, corpus, latest_checkpoint_path=tmp_path / "latest.pt",
+              on_turn=crash_after_turn_2, device=CPU)
+    inject_nan_at(monkeypatch, {1})  # the resumed run's first step diverges: its second divergence
+    resumed = train(tiny_model(corpus), config, corpus, resume_from=tmp_path / "latest.pt", device=CPU)
+    assert [(t.divergences, t.learning_rate) for t in resumed.turns][-1] == (2, pytest.approx(0.01 * 0.81))
+
+
+def test_a_retry_draws_fresh_dropout_noise(corpus) -> None:
+    config = TrainingConfig(schedule=schedule(), learning_rate=0.01, seed=5)
+    run = training_module.TrainingRun(tiny_model(corpus, output_dropout=0.5), config, corpus, CPU)
+    good = run.state_dict()
+    masks = []
+    for _ in range(2):
+        run.recover(good)
+        masks.append(torch.rand(8))
+    torch.set_rng_state(good["rng"])
+    replayed = torch.rand(8)
+    assert not torch.equal(masks[0], replayed) and not torch.equal(masks[0], masks[1])
+    again = training_module.TrainingRun(tiny_model(corpus, output_dropout=0.5), config, corpus, CPU)
+    again.recover(again.state_dict())
+    assert torch.equal(torch.rand(8), masks[0])  # fresh, yet reproducible from the seed
+
+
 def test_divergence_fails_with_the_reason_after_the_retries(corpus, monkeypatch) -> None:
     inject_nan_at(monkeypatch, set(range(6, 100)))  # step 6, then step 5 of each restart from step 4
     config = TrainingConfig(schedule=schedule(divergence_retries=2), learning_rate=0.01)

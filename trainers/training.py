@@ -7,8 +7,9 @@ ones when an averaging strategy reports them) are kept as the best checkpoint. P
 through a callback, so this module knows nothing about who listens.
 
 A run is budgeted in turns, steps, epochs or wall-clock seconds. When the loss becomes NaN or
-infinite, the run goes back to the state it had at the end of the last good turn, multiplies the
-learning rate by 0.9 and carries on, at most `divergence_retries` times; then it fails with the
+infinite, the run goes back to the state it had at the end of the last good turn, lowers the
+learning rate to 0.9^k of the configured one at the k-th divergence (Melis thesis, section 4.4), draws
+fresh dropout noise and carries on, at most `divergence_retries` times; then it fails with the
 reason. After every turn the whole training state can be written to a latest checkpoint, from
 which `train(..., resume_from=...)` continues to exactly the numbers of an uninterrupted run.
 """

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -129,12 +130,16 @@ class TrainingRun:
             return streams_cross_entropy(self.model, self.validation, self.schedule.bptt)
 
     def recover(self, good_state: dict[str, Any]) -> None:
-        """Back to `good_state` (time keeps running), with the learning rate x0.9."""
+        """Back to `good_state` (time keeps running) with the learning rate at 0.9^k of the configured one after the
+        k-th divergence, whichever state it goes back to (retries from the same state compound: 0.9, 0.81, ...),
+        and with fresh random numbers, so that the retried steps draw new dropout masks instead of replaying the
+        ones that diverged."""
         divergences = self.divergences + 1
         self.load_state_dict(good_state)
         self.divergences = divergences
         for group in self.optimizer.param_groups:
-            group["lr"] *= LEARNING_RATE_BACKOFF
+            group["lr"] = self.config.learning_rate * LEARNING_RATE_BACKOFF ** divergences
+        torch.manual_seed(retry_seed(self.config.seed, divergences))  # seeds every device's generator
 
     def resume(self, path: Path) -> None:
         state, _ = load_training_state(path)
@@ -182,6 +187,11 @@ class TrainingRun:
         self.step, self.turn = state["step"], state["turn"]
         self.best_val_loss, self.best_turn = state["best_val_loss"], state["best_turn"]
         self.reports = [TurnReport(**report) for report in state["reports"]]
+
+
+def retry_seed(seed: int, divergences: int) -> int:
+    """The random seed of the steps retried after the `divergences`-th divergence of a run seeded with `seed`."""
+    return int(np.random.SeedSequence([seed, divergences]).generate_state(1)[0])
 
 
 def make_optimizer(name: str, params: Sequence[Tensor], learning_rate: float) -> torch.optim.Optimizer:
