@@ -13,12 +13,10 @@ Shapes: x (batch, input_size); h, c (batch, hidden_size).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
-from lm_tuner.models.initialisation import init_forget_bias_, truncated_normal_
+from lm_tuner.models.initialisation import init_forget_bias_, init_tile_
 from lm_tuner.models.lstm_update import lstm_update, lstm_update_backward, route_capped_gradient, tanh
 from lm_tuner.models.tape import Cache, Linear, Tape
 
@@ -32,10 +30,9 @@ class LSTMCell(nn.Module):
         self.hidden_size, self.cap_input_gate = hidden_size, cap_input_gate
         self.input = nn.Linear(input_size, 4 * hidden_size)
         self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False)
-        std = math.sqrt(1.0 / (input_size + hidden_size))  # each gate sees [x, h]
-        truncated_normal_(self.input.weight, std)
-        truncated_normal_(self.recurrent.weight, std)
-        truncated_normal_(self.input.bias, math.sqrt(1.0 / hidden_size))
+        init_tile_(self.input.weight, input_size)  # the tiles W_x of all four gates
+        init_tile_(self.recurrent.weight, hidden_size)  # the tiles W_h
+        init_tile_(self.input.bias, hidden_size)
         init_forget_bias_(self.input.bias[hidden_size : 2 * hidden_size], chrono_t_max)
 
     def step(self, linear: Linear, x_part: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
@@ -67,17 +64,13 @@ class RLSTMCell(nn.Module):
         self.recurrent = nn.Linear(hidden, 3 * hidden, bias=False)  # i, j, f
         self.forget = nn.Linear(hidden, hidden)  # W_fu and b_f
         self.output = nn.Linear(hidden, hidden)  # W_oc and b_o
-        bias_std = math.sqrt(1.0 / hidden)
-        std_ij, std_f = math.sqrt(1.0 / (input_size + hidden)), math.sqrt(1.0 / (2 * hidden))
-        truncated_normal_(self.input.weight, std_ij)
-        truncated_normal_(self.input.bias, bias_std)
-        with torch.no_grad():
-            truncated_normal_(self.recurrent.weight[: 2 * hidden], std_ij)
-            truncated_normal_(self.recurrent.weight[2 * hidden :], std_f)
-        truncated_normal_(self.forget.weight, std_f)
+        init_tile_(self.input.weight, input_size)
+        init_tile_(self.input.bias, hidden)
+        init_tile_(self.recurrent.weight, hidden)  # W_ih, W_jh and W_fh
+        init_tile_(self.forget.weight, hidden)  # W_fu reads i * j
         init_forget_bias_(self.forget.bias, chrono_t_max)
-        truncated_normal_(self.output.weight, math.sqrt(1.0 / hidden))
-        truncated_normal_(self.output.bias, bias_std)
+        init_tile_(self.output.weight, hidden)  # W_oc reads c
+        init_tile_(self.output.bias, hidden)
 
     def step(self, linear: Linear, x_part: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
              ) -> tuple[Tensor, Tensor, Cache]:
@@ -124,13 +117,10 @@ class MLSTMCell(nn.Module):
         self.input = nn.Linear(input_size, 5 * hidden, bias=False)  # gates i, f, o, j, then W_mx
         self.hidden_factor = nn.Linear(hidden, hidden, bias=False)  # W_mh
         self.recurrent = nn.Linear(hidden, 4 * hidden)  # W_m and the gate biases
-        gate_std = math.sqrt(1.0 / (input_size + hidden))  # each gate sees [x, m]
-        with torch.no_grad():
-            truncated_normal_(self.input.weight[: 4 * hidden], gate_std)
-            truncated_normal_(self.input.weight[4 * hidden :], math.sqrt(1.0 / input_size))
-        truncated_normal_(self.hidden_factor.weight, math.sqrt(1.0 / hidden))
-        truncated_normal_(self.recurrent.weight, gate_std)
-        truncated_normal_(self.recurrent.bias, math.sqrt(1.0 / hidden))
+        init_tile_(self.input.weight, input_size)  # the gates' tiles W_x and W_mx
+        init_tile_(self.hidden_factor.weight, hidden)
+        init_tile_(self.recurrent.weight, hidden)  # the gates' tiles W_m
+        init_tile_(self.recurrent.bias, hidden)
         init_forget_bias_(self.recurrent.bias[hidden : 2 * hidden], chrono_t_max)
 
     def step(self, linear: Linear, x_part: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None

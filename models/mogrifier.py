@@ -6,12 +6,10 @@ gradient beside the forward math. A layer runs it step by step through models/mo
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
-from lm_tuner.models.initialisation import truncated_normal_
+from lm_tuner.models.initialisation import init_tile_, truncated_normal_
 from lm_tuner.models.tape import Cache, Linear, Tape
 
 
@@ -22,13 +20,16 @@ class GateProjection(nn.Module):
         super().__init__()
         if rank <= 0:
             self.maps = nn.ModuleList([nn.Linear(source, target)])
-            truncated_normal_(self.maps[0].weight, math.sqrt(1.0 / source))
+            init_tile_(self.maps[0].weight, source)  # the cell initialiser, as in the reference
         else:
             self.maps = nn.ModuleList([nn.Linear(source, rank, bias=False), nn.Linear(rank, target)])
+            # As the reference (lamb utils.make_low_rank_factorization_initializer): an entry of the product sums
+            # `rank` products of two factor entries, so it would have the full-rank variance 1 / source, were the
+            # factors not truncated without correction, as they are there (the product's std is 0.77 sqrt(1 / source)).
             factor_std = (1.0 / (source * rank)) ** 0.25
             truncated_normal_(self.maps[0].weight, factor_std)
             truncated_normal_(self.maps[1].weight, factor_std)
-        truncated_normal_(self.maps[-1].bias, math.sqrt(1.0 / target))
+        nn.init.zeros_(self.maps[-1].bias)  # 2 sigma(0) = 1: a round starts close to the identity
 
     def forward(self, linear: Linear, inputs: Tensor) -> Tensor:
         for module in self.maps:

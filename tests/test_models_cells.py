@@ -178,23 +178,9 @@ def test_low_rank_projection_is_a_product_of_two_factors():
     torch.testing.assert_close(projection(autograd_linear, h), h @ (left.weight @ right.weight).T + left.bias)
 
 
-def _within(tensor, std):
-    """Truncated-normal draws lie within two standard deviations and are not all tiny."""
-    return tensor.abs().max().item() <= 2 * std + 1e-7 and tensor.std().item() > 0.5 * std
-
-
-def test_initialisation_scales():
-    hidden, inputs = 64, 48
-    lstm = LSTMCell(inputs, hidden)
-    std = math.sqrt(1 / (inputs + hidden))
-    assert _within(lstm.input.weight, std) and _within(lstm.recurrent.weight, std)
-    forget_bias = lstm.input.bias[hidden : 2 * hidden]
-    assert abs(forget_bias.mean().item() - 1.0) < 0.1
-    low_rank = GateProjection(source=hidden, target=inputs, rank=8)
-    factor_std = (1 / (hidden * 8)) ** 0.25
-    assert _within(low_rank.maps[0].weight, factor_std) and _within(low_rank.maps[1].weight, (1 / (8 * 8)) ** 0.25)
-    full = GateProjection(source=hidden, target=inputs, rank=0)
-    assert _within(full.maps[0].weight, math.sqrt(1 / hidden))
+def test_language_model_initialisation():
+    """The cells' and the mogrifier's initialisation is tested in tests/test_models_initialisation.py."""
+    hidden = 64
     model = LanguageModel(ModelConfig(vocab_size=50, hidden_size=hidden, input_embedding_ratio=0.5))
     assert torch.count_nonzero(model.output_bias) == 0
     projection = model.projection.weight  # orthogonal rows
