@@ -20,8 +20,10 @@ from lm_tuner.trainers import (
     cross_entropy,
     load_checkpoint,
     load_corpus,
+    searched_streams_cross_entropy,
     train,
 )
+from lm_tuner.trainers.batching import batchify
 from lm_tuner.tuner.run.controller import connect_ray, launch_study
 from lm_tuner.tuner.run.recorder import StudyRecorder
 from lm_tuner.tuner.run.stages import run_full_validations, top_trials
@@ -69,9 +71,11 @@ def test_each_turn_scores_exactly_the_first_n_validation_tokens(corpus, tmp_path
     assert all(turn.val_subset and turn.val_tokens == (300 // 4 - 1) * 4 for turn in result.turns)
     best = load_checkpoint(tmp_path / "best.pt")
     assert best.metadata["val_subset"] and best.metadata["val_tokens"] == 296
-    on_subset = cross_entropy(best.model, corpus.valid[:300], 4, 10)
+    logit_scale = result.turns[result.best_turn - 1].val_logit_scale  # the temperature chosen on those tokens
+    on_subset = cross_entropy(best.model, corpus.valid[:300], 4, 10, logit_scale=logit_scale)
     assert best.metadata["val_loss"] == result.best_val_loss == pytest.approx(on_subset, rel=1e-12)
-    assert cross_entropy(best.model, corpus.valid, 4, 10) != pytest.approx(on_subset, rel=1e-6)  # not all of it
+    assert cross_entropy(best.model, corpus.valid, 4, 10, logit_scale=logit_scale) != pytest.approx(
+        on_subset, rel=1e-6)  # not all of it
 
 
 def test_without_a_subset_or_with_one_as_large_as_the_split_every_token_is_scored(corpus) -> None:
@@ -135,8 +139,10 @@ def test_the_best_trial_of_each_family_is_rescored_on_the_whole_validation_split
     for family in spec.families:
         (best,) = top_trials(storage_url, "subset", family, "tune", 1)
         checkpoint = load_checkpoint(settings.artifact_root / checkpoint_relative_path("subset", family, best.number))
-        assert best.value == pytest.approx(cross_entropy(checkpoint.model, valid[:400], 4, 10), rel=1e-9)
-        assert best.full_value == pytest.approx(cross_entropy(checkpoint.model, valid, 4, 10), rel=1e-9)
+        subset, whole = (searched_streams_cross_entropy(checkpoint.model, batchify(tokens, 4), 10).loss
+                         for tokens in (valid[:400], valid))  # each at the temperature chosen on its first windows
+        assert best.value == pytest.approx(subset, rel=1e-9)
+        assert best.full_value == pytest.approx(whole, rel=1e-9)
         assert best.full_value != pytest.approx(best.value, rel=1e-6)
         shown = TrialOut.of(get_trial(storage_url, best.trial_id))
         assert (shown.value, shown.full_value, shown.val_tokens, shown.val_subset) == (

@@ -25,7 +25,7 @@ from lm_tuner.trainers import (
     train,
 )
 from lm_tuner.trainers.batching import batchify
-from lm_tuner.trainers.evaluation import LOGIT_SCALES
+from lm_tuner.trainers.evaluation import LOGIT_SCALES, streams_cross_entropy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # numbers independent of the thread count
 
@@ -72,13 +72,14 @@ def test_temperature_search_walks_the_grid_and_stops_after_two_misses(trained) -
     assert search.loss == min(search.losses.values()) == search.losses[search.logit_scale]
     after_best = tried[tried.index(search.logit_scale) + 1:]
     assert len(after_best) == 2 or tried[-1] == LOGIT_SCALES[-1]
+    first_windows = batchify(corpus.valid, 4)[: 600 // (4 * 20) * 20 + 1]  # the whole windows that fit in 600 tokens
     assert search.loss == pytest.approx(
-        cross_entropy(model, corpus.valid[:600], 4, 20, logit_scale=search.logit_scale), rel=1e-12)
+        streams_cross_entropy(model, first_windows, 20, logit_scale=search.logit_scale), rel=1e-12)
 
 
 def test_test_protocol_scores_each_split_as_one_stream(trained) -> None:
     corpus, path = trained
-    result = evaluate_checkpoint(path, corpus, bptt=50, mc_samples=2, mc_multiplier=0.0)
+    result = evaluate_checkpoint(path, corpus, bptt=50, mc_samples=2, mc_multipliers=(0.0,))
     model = load_checkpoint(path).model
     scale = search_logit_scale(model, corpus.valid, 1, 50).logit_scale
     assert result.logit_scale == scale

@@ -19,17 +19,18 @@ from lm_tuner.trainers.datasets import (
     load_corpus,
 )
 from lm_tuner.trainers.dynamic_evaluation import DynamicEvaluationConfig, dynamic_cross_entropy, gradient_rms
-from lm_tuner.trainers.evaluation import (
-    ProtocolResult,
-    TemperatureSearch,
-    cross_entropy,
-    evaluate_checkpoint,
-    monte_carlo_cross_entropy,
-    search_logit_scale,
-)
+from lm_tuner.trainers.evaluation import cross_entropy, monte_carlo_cross_entropy
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
+from lm_tuner.trainers.protocol import MC_MULTIPLIERS, MonteCarloResult, ProtocolResult, evaluate_checkpoint
 from lm_tuner.trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
 from lm_tuner.trainers.reverse_copy_scores import ReverseCopyScores, reverse_copy_scores
+from lm_tuner.trainers.temperature import (
+    SearchedLoss,
+    TemperatureSearch,
+    search_logit_scale,
+    searched_monte_carlo_cross_entropy,
+    searched_streams_cross_entropy,
+)
 from lm_tuner.trainers.training import TrainingDiverged, default_device, train
 from lm_tuner.trainers.training_config import Schedule, TrainingConfig
 from lm_tuner.trainers.training_reports import TrainingResult, TurnCallback, TurnReport
@@ -43,7 +44,9 @@ __all__ = [
     "DynamicEvaluationConfig",
     "EOS",
     "LocalDatasetConfig",
+    "MC_MULTIPLIERS",
     "MarkovCorpusConfig",
+    "MonteCarloResult",
     "NTASGDConfig",
     "NoAveragingConfig",
     "ProtocolResult",
@@ -52,6 +55,7 @@ __all__ = [
     "ReverseCopyConfig",
     "ReverseCopyScores",
     "Schedule",
+    "SearchedLoss",
     "TailAveragingConfig",
     "TemperatureSearch",
     "TextDatasetConfig",
@@ -79,6 +83,8 @@ __all__ = [
     "reverse_copy_scores",
     "save_checkpoint",
     "search_logit_scale",
+    "searched_monte_carlo_cross_entropy",
+    "searched_streams_cross_entropy",
     "sha256_of",
     "train",
     "unigram_perplexity",

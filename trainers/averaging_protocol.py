@@ -3,7 +3,9 @@
 strategies build on.
 
 Every strategy sees each new iterate through `add` and, at each evaluation, calls `loss_of` on the
-weights it wants scored, then returns the weights to report (and to checkpoint if they are best).
+weights it wants scored, then returns the weights to report (and to checkpoint if they are best): always
+one of the weight lists it passed to `loss_of`, so the run can tell which softmax temperature they were
+scored at.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ LossOf = Callable[[Weights], float]
 
 @dataclass(frozen=True)
 class Evaluated:
-    """The weights a strategy reports at an evaluation, their loss, and how many iterates they average
-    (1: the raw weights). The weights may be the strategy's own running buffers: use them before the
-    next `add`."""
+    """The weights a strategy reports at an evaluation, their loss, how many iterates they average
+    (1: the raw weights), and the softmax temperature (logit scale) the loss is at, which the training
+    run chose for these weights (strategies leave it at 1). The weights may be the strategy's own running
+    buffers: use them before the next `add`."""
 
     loss: float
     weights: Weights
     length: int
+    logit_scale: float = 1.0
 
 
 class Averaging(Protocol):

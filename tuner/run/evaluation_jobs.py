@@ -25,20 +25,22 @@ from lm_tuner.trainers import (
     gradient_rms,
     load_checkpoint,
     load_corpus,
+    searched_streams_cross_entropy,
 )
+from lm_tuner.trainers.evaluation import streams
 from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
 from lm_tuner.tuner.run.trial import configure_torch
 from lm_tuner.tuner.spec import StudySpec
 
 
 def run_test_protocol(spec_data: dict[str, Any], checkpoint: str, threads: int) -> dict[str, Any]:
-    """Deterministic (and, if asked, Monte-Carlo) validation and test losses of a checkpoint."""
+    """Deterministic (and, if asked, Monte-Carlo at each multiplier) validation and test losses of a checkpoint."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
     settings = spec.evaluation
     result = evaluate_checkpoint(checkpoint, load_corpus(spec.dataset), bptt=settings.bptt,
                                  search_temperature=settings.temperature, mc_samples=settings.mc_samples,
-                                 mc_multiplier=settings.mc_multiplier, device=default_device())
+                                 mc_multipliers=settings.mc_multipliers, device=default_device())
     return asdict(result)
 
 
@@ -48,13 +50,17 @@ def run_full_validation(spec_data: dict[str, Any], checkpoint: str, threads: int
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
     model = load_checkpoint(Path(checkpoint), default_device()).model
-    schedule = spec.training
-    return cross_entropy(model, load_corpus(spec.dataset).valid, schedule.eval_batch_size, schedule.bptt)
+    schedule, valid = spec.training, load_corpus(spec.dataset).valid
+    if schedule.search_temperature:
+        return searched_streams_cross_entropy(model, streams(model, valid, schedule.eval_batch_size),
+                                              schedule.bptt).loss
+    return cross_entropy(model, valid, schedule.eval_batch_size, schedule.bptt)
 
 
 def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[str, Any], logit_scale: float,
-                     threads: int) -> dict[str, float]:
-    """Dynamic evaluation of both splits with the chosen settings (and MC, if the spec asks for it)."""
+                     monte_carlo: tuple[float, float] | None, threads: int) -> dict[str, float]:
+    """Dynamic evaluation of both splits with the chosen settings, and with MC at `monte_carlo` (the multiplier and
+    the logit scale the test protocol chose for MC) if given."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
     corpus = load_corpus(spec.dataset)
@@ -62,11 +68,12 @@ def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[st
     config = DynamicEvaluationConfig(**params)
     losses = {split: dynamic_cross_entropy(model, getattr(corpus, split), rms, config, logit_scale=logit_scale)
               for split in ("valid", "test")}
-    if spec.evaluation.mc_samples:
+    if monte_carlo is not None:
+        multiplier, mc_logit_scale = monte_carlo
         for split in ("valid", "test"):
             losses[f"mc_{split}"] = dynamic_cross_entropy(
-                model, getattr(corpus, split), rms, config, logit_scale=logit_scale,
-                mc_samples=spec.evaluation.mc_samples, mc_multiplier=spec.evaluation.mc_multiplier)
+                model, getattr(corpus, split), rms, config, logit_scale=mc_logit_scale,
+                mc_samples=spec.evaluation.mc_samples, mc_multiplier=multiplier)
     return losses
 
 

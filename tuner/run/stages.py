@@ -135,10 +135,18 @@ def run_test_protocols(spec: StudySpec, settings: Settings) -> None:
                                     settings=settings_used)]
         if result["mc_valid"] is not None:
             records.append(EvaluationRecord(trial_id=trial_id, kind="mc", valid_loss=result["mc_valid"],
-                                            test_loss=result["mc_test"], logit_scale=result["logit_scale"],
-                                            settings=settings_used))
+                                            test_loss=result["mc_test"], logit_scale=result["mc_logit_scale"],
+                                            settings={**settings_used, **_monte_carlo_choice(result)}))
         with sessions(url).begin() as session:
             session.add_all(records)
+
+
+def _monte_carlo_choice(result: dict[str, Any]) -> dict[str, Any]:
+    """What an MC record keeps besides the chosen multiplier's losses: that multiplier, and every multiplier's
+    losses and logit scale (exported as `eval.mc.settings.chosen_multiplier`, `...by_multiplier.0.7.test`)."""
+    by_multiplier = {str(mc["multiplier"]): {"valid": mc["valid"], "test": mc["test"], "logit_scale": mc["logit_scale"]}
+                     for mc in result["mc_by_multiplier"]}
+    return {"chosen_multiplier": result["mc_multiplier"], "by_multiplier": by_multiplier}
 
 
 def run_stage_two(spec: StudySpec, family: str, settings: Settings, callbacks: Sequence[tune.Callback]) -> None:
@@ -172,17 +180,23 @@ def _evaluate_dynamically(spec: StudySpec, parent: TrialRecord, optuna_name: str
         best = optuna.load_study(study_name=optuna_name, storage=optuna_storage(url)).best_trial
     except ValueError:  # no stage-2 trial completed: nothing to evaluate with
         return
+    # Dynamic MC runs at the multiplier and logit scale the test protocol chose for MC (a record written before
+    # multipliers were chosen holds the spec's single one).
+    static_mc = _evaluation(url, parent.trial_id, "mc")
+    monte_carlo = None if static_mc is None else (
+        static_mc.settings.get("chosen_multiplier", static_mc.settings.get("mc_multiplier")), static_mc.logit_scale)
     task = ray.remote(run_dynamic_test).options(**_task_resources(spec))
-    losses = ray.get(task.remote(spec.model_dump(mode="json"), checkpoint, best.params, logit_scale,
+    losses = ray.get(task.remote(spec.model_dump(mode="json"), checkpoint, best.params, logit_scale, monte_carlo,
                                  int(spec.resources.cpus_per_trial)))
     settings_used = {"dynamic_evaluation": best.params, **spec.evaluation.model_dump()}
     records = [EvaluationRecord(trial_id=parent.trial_id, kind="dynamic", valid_loss=losses["valid"],
                                 test_loss=losses["test"], logit_scale=logit_scale, settings=settings_used,
                                 dyneval_trial_id=storage_trial_id(best))]
-    if "mc_valid" in losses:
+    if monte_carlo is not None:
         records.append(EvaluationRecord(trial_id=parent.trial_id, kind="dynamic_mc", valid_loss=losses["mc_valid"],
-                                        test_loss=losses["mc_test"], logit_scale=logit_scale,
-                                        settings=settings_used, dyneval_trial_id=storage_trial_id(best)))
+                                        test_loss=losses["mc_test"], logit_scale=monte_carlo[1],
+                                        settings={**settings_used, "chosen_multiplier": monte_carlo[0]},
+                                        dyneval_trial_id=storage_trial_id(best)))
     with sessions(url).begin() as session:
         session.add_all(records)
 

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidato
 from pydantic_core import PydanticCustomError
 
 from lm_tuner.models import family_names
-from lm_tuner.trainers import DatasetConfig, Schedule
+from lm_tuner.trainers import MC_MULTIPLIERS, DatasetConfig, Schedule
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -97,13 +97,32 @@ class Reruns(_Strict):
     seeds: int = Field(3, ge=1, le=1000, description="new seeds for each of them")
 
 
+def _dropout_multipliers(value: Any) -> float | list[float]:
+    """A number in [0, 1], or a non-empty list of them, as given (a union would report an error per member)."""
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1 for v in values):
+        raise PydanticCustomError("dropout_multipliers", "must be a number in [0, 1] or a non-empty list of them")
+    return value
+
+
 class Evaluation(_Strict):
     """The test protocol on the final checkpoints: batch size 1, each split one continuous stream."""
 
     bptt: int = Field(70, ge=1, description="window length (the state is carried across windows)")
-    temperature: bool = Field(True, description="choose the softmax temperature on validation first")
+    temperature: bool = Field(True, description="choose the softmax temperature of each evaluation (deterministic, "
+                                                "and MC at each multiplier) on validation first")
     mc_samples: int = Field(0, ge=0, description="Monte-Carlo dropout passes (0: off; the paper used 200)")
-    mc_multiplier: float = Field(0.8, ge=0, le=1, description="dropout rates are multiplied by this under MC")
+    mc_multiplier: Annotated[float | list[float], PlainValidator(
+        _dropout_multipliers, json_schema_input_type=float | list[float])] = Field(
+        list(MC_MULTIPLIERS), description="dropout rates are multiplied by this under MC; a list: MC is scored at "
+                                          "each, and the multiplier with the best validation loss is reported (the "
+                                          "reference's test protocol tries 0.6, 0.7, 0.8 and 0.9)")
+
+    @property
+    def mc_multipliers(self) -> tuple[float, ...]:
+        """The multipliers MC evaluation is scored at."""
+        multiplier = self.mc_multiplier
+        return tuple(multiplier) if isinstance(multiplier, list) else (multiplier,)
 
 
 def _dynamic_evaluation_ranges() -> dict[str, SearchRange]:
