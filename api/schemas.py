@@ -28,6 +28,12 @@ class TurnOut(BaseModel):
     val_tokens: int | None = Field(description="validation tokens the turn's val_loss scored")
     val_subset: bool | None = Field(description="val_loss scored a fixed subset of the validation split "
                                                 "(training.validation_tokens), not all of it")
+    reversed_loss: float | None = Field(None, description="reverse-copy tasks: the loss on the reversed halves of "
+                                                          "the scored examples, next to val_loss on every token")
+    reversed_accuracy: float | None = Field(None, description="reverse-copy tasks: the share of reversed symbols "
+                                                              "predicted (argmax)")
+    val_logit_scale: float | None = Field(None, description="val_loss was scored with the logits multiplied by "
+                                                            "this (1 / softmax temperature)")
 
     @classmethod
     def of(cls, record: TurnRecord) -> TurnOut:

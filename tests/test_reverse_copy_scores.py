@@ -9,11 +9,20 @@ import torch
 from torch import Tensor, nn
 
 from lm_tuner.models import LanguageModel, ModelConfig
-from lm_tuner.trainers import ReverseCopyConfig, load_corpus, reverse_copy_scores
+from lm_tuner.trainers import (
+    MarkovCorpusConfig,
+    ReverseCopyConfig,
+    Schedule,
+    TrainingConfig,
+    load_checkpoint,
+    load_corpus,
+    reverse_copy_scores,
+    train,
+)
 from lm_tuner.trainers.batching import batchify
 from lm_tuner.trainers.evaluation import cross_entropy
 from lm_tuner.trainers.objective import token_nll
-from lm_tuner.trainers.reverse_copy_scores import reversed_half
+from lm_tuner.trainers.reverse_copy_scores import reversed_half, whole_examples
 
 CERTAIN = 1e4  # a logit margin that leaves no probability to the other tokens in float32
 
@@ -118,3 +127,37 @@ def test_a_length_other_than_the_tasks_is_refused() -> None:
     for wrong in (4, 5, 0):  # 4 divides the split's 80 tokens, 5 does not
         with pytest.raises(ValueError, match=f"length: got {wrong} for a split of 80 tokens; allowed: the task's L"):
             reverse_copy_scores(CopyPrevious(7), split, wrong, batch_size=1, bptt=5)
+
+
+def test_a_mogrifier_is_scored_with_several_threads() -> None:
+    # its CPU kernels split the batch over threads and update buffers in place, which inference mode forbids
+    split = load_corpus(ReverseCopyConfig(symbols=6, length=3, valid_examples=400)).valid
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = LanguageModel(ModelConfig(vocab_size=8, hidden_size=64, family="mogrifier", mogrifier_rounds=2,
+                                          mogrifier_rank=14))
+        scores = reverse_copy_scores(model, split, 3, batch_size=16, bptt=35)
+        assert scores.loss == pytest.approx(cross_entropy(model, split, 16, 35), rel=1e-9)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_training_reports_the_reversed_half_every_turn(tmp_path) -> None:
+    task = ReverseCopyConfig(symbols=6, length=3, train_examples=300, valid_examples=30)
+    corpus = load_corpus(task)
+    schedule = Schedule(turns=3, steps_per_turn=5, batch_size=4, bptt=16, eval_batch_size=4, validation_tokens=100)
+    model = ModelConfig(vocab_size=8, hidden_size=16, num_layers=1)
+    result = train(model, TrainingConfig(schedule=schedule, learning_rate=0.01), corpus,
+                   checkpoint_path=tmp_path / "best.pt", device=torch.device("cpu"))
+    assert all(turn.reversed_loss is not None and 0 <= turn.reversed_accuracy <= 1 for turn in result.turns)
+    best = result.turns[result.best_turn - 1]
+    examples = whole_examples(corpus.valid, 3, 100)
+    assert examples.numel() == 96  # the whole examples among the 100 tokens the turns score
+    scores = reverse_copy_scores(load_checkpoint(tmp_path / "best.pt").model, examples, 3, batch_size=4, bptt=16,
+                                 logit_scale=best.val_logit_scale)  # the scale the turn's validation loss chose
+    assert (best.reversed_loss, best.reversed_accuracy) == (scores.reversed_loss, scores.reversed_accuracy)
+    other = train(model, TrainingConfig(schedule=schedule, learning_rate=0.01),
+                  load_corpus(MarkovCorpusConfig(vocab_size=8, train_tokens=600, valid_tokens=100, test_tokens=100)),
+                  device=torch.device("cpu"))
+    assert all(turn.reversed_loss is None and turn.reversed_accuracy is None for turn in other.turns)

@@ -44,7 +44,8 @@ class Corpus:
     """Train/valid/test token-id streams over one vocabulary.
 
     `best_cross_entropy` is the lowest achievable cross-entropy (nats/token) where the data's
-    generating process is known, else None.
+    generating process is known, else None. `reverse_copy_length` is the L of a reverse-copy task (examples of
+    2L + 2 tokens whose reversed halves training scores apart, trainers.reverse_copy_scores), else None.
     """
 
     vocabulary: Vocabulary
@@ -53,6 +54,7 @@ class Corpus:
     test: Tensor
     description: str
     best_cross_entropy: float | None = None
+    reverse_copy_length: int | None = None
 
     def __post_init__(self) -> None:
         for split in ("train", "valid", "test"):

@@ -168,4 +168,5 @@ def reverse_copy_corpus(config: ReverseCopyConfig) -> Corpus:
         description=(f"reverse copy of {config.length} symbols out of {config.symbols}, "
                      f"best possible perplexity {math.exp(best):.3f}"),
         best_cross_entropy=best,
+        reverse_copy_length=config.length,
     )

@@ -38,7 +38,7 @@ def reversed_half(positions: Tensor, length: int) -> Tensor:
     return (offsets > length) & (offsets <= 2 * length)
 
 
-def _whole_examples(split: Tensor, length: int) -> bool:
+def _is_whole_examples(split: Tensor, length: int) -> bool:
     period = 2 * length + 2
     if length < 1 or split.numel() % period:
         return False
@@ -46,15 +46,23 @@ def _whole_examples(split: Tensor, length: int) -> bool:
     return bool((examples[:, length] == REVERSE_COPY_SEP_ID).all() and (examples[:, -1] == REVERSE_COPY_EOS_ID).all())
 
 
-@torch.inference_mode()
+def whole_examples(split: Tensor, length: int, tokens: int | None = None) -> Tensor:
+    """The longest prefix of `split` within `tokens` tokens (all of it: None) made of whole examples, at least one."""
+    period = 2 * length + 2
+    limit = split.numel() if tokens is None else min(tokens, split.numel())
+    return split[:max(period, limit - limit % period)]
+
+
+@torch.no_grad()  # not inference_mode: the mogrifier's CPU kernels update their tensors in place
 def reverse_copy_scores(model: LanguageModel, split: Tensor, length: int, *, batch_size: int,
-                        bptt: int) -> ReverseCopyScores:
+                        bptt: int, logit_scale: float = 1.0) -> ReverseCopyScores:
     """The all-token loss of a reverse-copy split, and the loss and accuracy on its reversed halves only.
 
     `length` is the task's L (`ReverseCopyConfig.length`). The split is read as `evaluation.cross_entropy` reads it
-    (same streams, windows and carried state, dropout off), so `loss` equals its result.
+    (same streams, windows and carried state, dropout off, logits multiplied by `logit_scale`), so `loss` equals its
+    result.
     """
-    if not _whole_examples(split, length):
+    if not _is_whole_examples(split, length):
         raise ValueError(f"length: got {length} for a split of {split.numel()} tokens; allowed: the task's L, where "
                          f"the split is whole examples of 2L + 2 tokens, <sep> after L symbols and <eos> last")
     batched = streams(model, split, batch_size)
@@ -67,7 +75,7 @@ def reverse_copy_scores(model: LanguageModel, split: Tensor, length: int, *, bat
     with evaluation_mode(model):
         for (logits, targets), (_, mask) in zip(window_logits(model, batched, bptt), windows(in_reversed_half, bptt),
                                                 strict=True):
-            nll = token_nll(logits, targets).double()
+            nll = token_nll(logits, targets, logit_scale).double()
             right = (logits.argmax(dim=-1) == targets) & mask
             sums += torch.stack([nll.sum(), nll[mask].sum(), right.sum().double()])
     total, reversed_total, right_count = sums.tolist()

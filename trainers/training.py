@@ -23,8 +23,10 @@ from typing import Any
 import torch
 
 from lm_tuner.models import ModelConfig, count_parameters
+from lm_tuner.trainers.averaging_protocol import Evaluated
 from lm_tuner.trainers.checkpoint import save_checkpoint
 from lm_tuner.trainers.corpus import Corpus
+from lm_tuner.trainers.reverse_copy_scores import ReverseCopyScores, reverse_copy_scores, whole_examples
 from lm_tuner.trainers.training_config import TrainingConfig
 from lm_tuner.trainers.training_reports import TrainingResult, TurnCallback, TurnReport
 from lm_tuner.trainers.training_run import LEARNING_RATE_BACKOFF, Diverged, TrainingRun
@@ -68,6 +70,7 @@ def train(
             train_loss, tokens_per_second = run.train_turn()
             trained = time.perf_counter()
             evaluated = run.evaluate()
+            memory = reversed_half_scores(run, evaluated)
             train_seconds, eval_seconds = trained - started, time.perf_counter() - trained
         except Diverged as divergence:
             if run.divergences == config.schedule.divergence_retries:
@@ -88,6 +91,8 @@ def train(
             learning_rate=run.learning_rate, divergences=run.divergences, epochs=run.stream.epochs, final=finished,
             train_seconds=train_seconds, eval_seconds=eval_seconds, val_tokens=run.validation_tokens,
             val_subset=run.validation_subset,
+            reversed_loss=memory and memory.reversed_loss, reversed_accuracy=memory and memory.reversed_accuracy,
+            val_logit_scale=evaluated.logit_scale,
         )
         run.reports.append(report)
         last_good = run.state_dict()
@@ -103,3 +108,17 @@ def train(
         if on_turn is not None:
             on_turn(report)
     return TrainingResult(run.best_val_loss, run.best_turn, count_parameters(model_config), list(run.reports))
+
+
+def reversed_half_scores(run: TrainingRun, evaluated: Evaluated) -> ReverseCopyScores | None:
+    """On a reverse-copy task, the evaluated weights' scores on the reversed halves of the whole examples among the
+    validation tokens the turn scores (one more pass over them); None on other corpora."""
+    length = run.corpus.reverse_copy_length
+    if length is None:
+        return None
+    schedule = run.schedule
+    examples = whole_examples(run.corpus.valid, length, schedule.validation_tokens)
+    streams = min(schedule.eval_batch_size, examples.numel() // (2 * length + 2))
+    with swapped_weights(run.model, evaluated.weights):
+        return reverse_copy_scores(run.model, examples, length, batch_size=streams, bptt=schedule.bptt,
+                                   logit_scale=evaluated.logit_scale)

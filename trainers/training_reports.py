@@ -37,6 +37,13 @@ class TurnReport:
     """Validation tokens `val_loss` is the mean over."""
     val_subset: bool = False
     """`val_loss` covers only the first tokens of the validation split (the schedule's `validation_tokens`)."""
+    reversed_loss: float | None = None
+    """Reverse-copy tasks: the loss on the reversed halves of the scored validation examples (what the model
+    remembers), next to `val_loss` on every token; None for other corpora."""
+    reversed_accuracy: float | None = None
+    """Reverse-copy tasks: the share of reversed symbols the evaluated weights predict (argmax); else None."""
+    val_logit_scale: float = 1.0
+    """`val_loss` (and `reversed_loss`) were scored with the logits multiplied by this (1 / softmax temperature)."""
 
 
 @dataclass(frozen=True)

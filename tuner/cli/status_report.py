@@ -108,14 +108,17 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
         f"best {len(page.items)} of {counts.complete} complete trials"
     label = validation_label(study.spec)
     subset = label != "full"
+    memory = any(trial.reversed_accuracy is not None for trial in page.items)  # a reverse-copy task
     table = Table("rank", "trial", *(["state"] if every_trial else []), f"{score_name(unit)} ({label})",
-                  *([f"{score_name(unit)} (full)"] if subset else []), "parameters", "hidden", "hyperparameters",
+                  *([f"{score_name(unit)} (full)"] if subset else []),
+                  *(["reversed half: loss", "accuracy"] if memory else []), "parameters", "hidden", "hyperparameters",
                   title=f"{family}: {shown}", title_justify="left")
     for rank, trial in enumerate(page.items, 1):
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
         value = "-" if trial.value is None else f"{unit.of(trial.value):.3f}"
         table.add_row(str(rank) if trial.value is not None else "-", f"#{trial.number}",
                       *([trial.state.lower()] if every_trial else []), value, *([_full(trial, unit)] if subset else []),
+                      *(_reversed_half(trial) if memory else ()),
                       "-" if trial.parameter_count is None else f"{trial.parameter_count:,}",
                       "-" if trial.hidden_size is None else str(trial.hidden_size),
                       params)
@@ -126,9 +129,17 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
 def _print_failures(url: str, name: str) -> None:
     failed = Storage(url).trials(name, state="FAIL", limit=FAILURES_SHOWN)
     for trial in failed.items:
-        console.print(f"{trial.family}#{trial.number} failed: {trial.fail_reason}", style="red", markup=False)
+        reason = trial.fail_reason or "no reason was recorded (see the controller's log)"
+        console.print(f"{trial.family}#{trial.number} failed: {reason}", style="red", markup=False)
     if failed.total > len(failed.items):
         console.print(f"[red]... and {failed.total - len(failed.items)} more failed trials[/red]")
+
+
+def _reversed_half(trial: TrialView) -> tuple[str, str]:
+    """Its best turn's loss (nats/token) and accuracy on the reversed halves of the reverse-copy examples."""
+    if trial.reversed_loss is None or trial.reversed_accuracy is None:
+        return "-", "-"
+    return f"{trial.reversed_loss:.3f}", f"{trial.reversed_accuracy:.1%}"
 
 
 def _full(trial: TrialView | None, unit: Unit) -> str:

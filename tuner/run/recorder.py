@@ -20,7 +20,7 @@ from lm_tuner.tuner.store.schema import CheckpointRecord, TrialRecord, TurnRecor
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
                "process_seconds", "averaging_length", "learning_rate", "epochs", "train_seconds", "eval_seconds",
-               "val_tokens", "val_subset")
+               "val_tokens", "val_subset", "reversed_loss", "reversed_accuracy", "val_logit_scale")
 
 EVALUATION_SHARE_LIMIT = 0.25
 """Beyond this share of a trial's time spent evaluating, the study is warned about (once)."""
@@ -42,12 +42,15 @@ class StudyRecorder(Callback):
             # A trial retried from a checkpoint reports its turns again: the latest report wins.
             session.execute(delete(TurnRecord).where(TurnRecord.trial_id == trial_id,
                                                      TurnRecord.turn == result["turn"]))
-            session.add(TurnRecord(trial_id=trial_id, **{name: result[name] for name in TURN_FIELDS}))
+            session.add(TurnRecord(trial_id=trial_id, **{name: result.get(name) for name in TURN_FIELDS}))
             session.flush()
             record = session.get(TrialRecord, trial_id)
             if record is not None:
                 record.turns_reported, record.wall_seconds = result["turn"], result["wall_seconds"]
                 record.val_tokens, record.val_subset = result["val_tokens"], result["val_subset"]
+                if result.get("improved"):
+                    record.reversed_loss = result.get("reversed_loss")
+                    record.reversed_accuracy = result.get("reversed_accuracy")
                 record.train_seconds, record.eval_seconds = session.execute(
                     select(func.sum(TurnRecord.train_seconds), func.sum(TurnRecord.eval_seconds))
                     .where(TurnRecord.trial_id == trial_id)).one()

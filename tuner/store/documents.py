@@ -49,6 +49,10 @@ class TrialOut(BaseModel):
     full_value: float | None = Field(description="where val_subset: the best checkpoint's loss on the whole "
                                                  "validation split, scored once tuning is over")
     full_perplexity: float | None
+    reversed_loss: float | None = Field(description="reverse-copy tasks: the best turn's loss (nats/token) on the "
+                                                    "reversed halves, the part that measures memory; else null")
+    reversed_accuracy: float | None = Field(description="reverse-copy tasks: the share of reversed symbols the best "
+                                                        "turn's weights predict (argmax); else null")
 
     @classmethod
     def of(cls, trial: TrialView) -> TrialOut:

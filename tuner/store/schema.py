@@ -119,6 +119,8 @@ class TrialRecord(Base):
     val_tokens: Mapped[int | None] = mapped_column(Integer)  # validation tokens its losses are means over
     val_subset: Mapped[bool | None] = mapped_column()  # those are the split's first tokens only, not all of it
     full_value: Mapped[float | None] = mapped_column(Float)  # best checkpoint on the whole split (if val_subset)
+    reversed_loss: Mapped[float | None] = mapped_column(Float)  # reverse-copy tasks: of its best turn, see TurnRecord
+    reversed_accuracy: Mapped[float | None] = mapped_column(Float)
 
 
 class TurnRecord(Base):
@@ -142,6 +144,9 @@ class TurnRecord(Base):
     eval_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's validation evaluation
     val_tokens: Mapped[int | None] = mapped_column(Integer)  # validation tokens val_loss is the mean over
     val_subset: Mapped[bool | None] = mapped_column()  # val_loss covers the split's first tokens only
+    reversed_loss: Mapped[float | None] = mapped_column(Float)  # reverse-copy tasks: loss on the reversed halves
+    reversed_accuracy: Mapped[float | None] = mapped_column(Float)  # and the share of them predicted (argmax)
+    val_logit_scale: Mapped[float | None] = mapped_column(Float)  # val_loss was scored with logits times this
 
 
 class CheckpointRecord(Base):

@@ -66,6 +66,8 @@ class TrialView:
     val_tokens: int | None  # validation tokens value and last_value are means over
     val_subset: bool | None  # those are the first tokens of the split only (training.validation_tokens)
     full_value: float | None  # where val_subset: its best checkpoint on the whole split, once scored after tuning
+    reversed_loss: float | None  # reverse-copy tasks: its best turn's loss on the reversed halves, else None
+    reversed_accuracy: float | None  # and the share of reversed symbols its best turn predicted
 
     @property
     def perplexity(self) -> float | None:
