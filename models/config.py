@@ -36,6 +36,9 @@ class ModelConfig:
     `residual_connections`, where each layer reads the sum of all layers below it.
     `chrono_t_max` > 0 draws forget biases from ln U(1, T_max - 1) (chrono init) instead of mean 1.
     `softmax_components` > 1 replaces the softmax by a mixture of that many softmaxes.
+    `weight_drop`, `ar_alpha` and `tar_beta` are AWD-LSTM's regularisers (Merity et al. 2018, sections 2 and 4.6):
+    DropConnect on the recurrent matrices, and the coefficients of the activation penalties the training objective
+    adds; they are 0 for the families that do not declare them.
     """
 
     vocab_size: int
@@ -56,6 +59,9 @@ class ModelConfig:
     state_dropout: float = 0.0
     output_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    weight_drop: float = 0.0
+    ar_alpha: float = 0.0
+    tar_beta: float = 0.0
 
     def __post_init__(self) -> None:
         configured = families.family(self.family)
@@ -75,6 +81,16 @@ class ModelConfig:
         for name in DROPOUT_RATES:
             rate = getattr(self, name)
             _require(0.0 <= rate < 1.0, name, rate, "a rate in [0, 1)")
+        _require(0.0 <= self.weight_drop < 1.0, "weight_drop", self.weight_drop, "a rate in [0, 1)")
+        _require(self.ar_alpha >= 0, "ar_alpha", self.ar_alpha, "a number >= 0")
+        _require(self.tar_beta >= 0, "tar_beta", self.tar_beta, "a number >= 0")
+        declared = {hyper.name for hyper in configured.hyperparameters}
+        for name in (hyper.name for hyper in families.AWD_LSTM_HYPERPARAMETERS):
+            if name not in declared:
+                owners = " or ".join(repr(f.name) for f in families.FAMILY_REGISTRY.values()
+                                     if name in {hyper.name for hyper in f.hyperparameters})
+                _require(getattr(self, name) == 0, name, getattr(self, name),
+                         f"0 for family {self.family!r} (use family {owners})")
 
     @property
     def cell(self) -> str:

@@ -19,6 +19,7 @@ from lm_tuner.models.hyperparameters import Hyperparameter
 
 if TYPE_CHECKING:
     from lm_tuner.models.config import ModelConfig
+    from lm_tuner.models.language_model import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,9 @@ class Family:
     `ModelConfig.residual_connections`. `hyperparameters` are the ones only some families have (their `families`
     left None); `defaults` gives each of them the value a model of this family has when a study sets none.
     `parameter_count` is an exact closed form of the trainable-parameter count; None counts a model built on the
-    meta device instead (models/budget.py), which is exact for any family but slower.
+    meta device instead (models/budget.py), which is exact for any family but slower. `model` returns the
+    `LanguageModel` subclass that builds this family's models (None: `LanguageModel` itself); it is a function so
+    that the registry need not import the models, which import it.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Family:
     hyperparameters: tuple[Hyperparameter, ...] = ()
     defaults: Mapping[str, object] = field(default_factory=dict, hash=False)
     parameter_count: Callable[[ModelConfig], int] | None = None
+    model: Callable[[], type[LanguageModel]] | None = None
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
@@ -73,6 +77,26 @@ MOGRIFIER_DEFAULTS = MappingProxyType({"mogrifier_rounds": 0, "mogrifier_rank": 
 
 MOGRIFIER_PAPER = "Melis, Kočiský & Blunsom (2020), Mogrifier LSTM, ICLR"
 RLSTM_PAPER = "Melis (2023), Towards Better Generative Models of Language, PhD thesis, UCL, ch. 4"
+
+AWD_LSTM_HYPERPARAMETERS = (
+    Hyperparameter("weight_drop", "model", "float", "DropConnect on the hidden-to-hidden matrices, one mask per "
+                   "window", 0.0, 1.0, high_open=True, required=True),
+    Hyperparameter("ar_alpha", "model", "float", "activation regularisation: alpha x mean square of the last "
+                   "layer's dropped-out outputs", 0.0, required=True),
+    Hyperparameter("tar_beta", "model", "float", "temporal activation regularisation: beta x mean square of the "
+                   "last layer's step-to-step output changes", 0.0, required=True),
+)
+"""The regularisers of AWD-LSTM (Merity, Keskar & Socher, 2018, sections 2 and 4.6); 0 turns each off, and a model
+of a family that does not declare them has them at 0 (`ModelConfig` checks)."""
+
+AWD_LSTM_DEFAULTS = MappingProxyType({hyper.name: 0.0 for hyper in AWD_LSTM_HYPERPARAMETERS})
+
+
+def _awd_lstm_model() -> type[LanguageModel]:
+    from lm_tuner.models.awd_lstm import AWDLanguageModel  # here, not above: that module imports this one
+
+    return AWDLanguageModel
+
 
 FAMILY_REGISTRY: dict[str, Family] = {}
 """Every family by name, in display order. Add to it with `register_family` only."""
@@ -138,6 +162,12 @@ BUILT_IN_FAMILIES = (
            paper="Krause, Lu, Murray & Renals (2016), Multiplicative LSTM for sequence modelling, arXiv:1609.07959",
            description="the multiplicative LSTM: m = (W_mx x) * (W_mh h) replaces h in every gate",
            parameter_count=closed_form_parameter_count),
+    Family("awd_lstm", cell="lstm", mogrifier=False, residual=False,
+           paper="Merity, Keskar & Socher (2018), Regularizing and Optimizing LSTM Language Models, ICLR",
+           description="AWD-LSTM: LSTM layers of unequal sizes, the last as wide as the embedding, with weight drop, "
+                       "locked dropout and AR/TAR",
+           hyperparameters=AWD_LSTM_HYPERPARAMETERS, defaults=AWD_LSTM_DEFAULTS,
+           model=_awd_lstm_model),
 )
 for built_in in BUILT_IN_FAMILIES:
     register_family(built_in)

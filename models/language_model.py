@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lm_tuner.models import families
 from lm_tuner.models.config import ModelConfig
 from lm_tuner.models.cuda_graphs import run_layer
 from lm_tuner.models.initialisation import truncated_normal_
@@ -44,34 +46,54 @@ class LanguageModel(nn.Module):
     outputs; with residual connections each layer reads the sum of the outputs of all layers below
     it. When the embedding is smaller than the hidden state, a bias-free projection maps the summed
     output to the embedding size before a single softmax.
+
+    `LanguageModel(config)` builds the class the family's `Family.model` names where it has one (a subclass that
+    may size and wire its layers differently, such as models.awd_lstm's); the output layers take the width of
+    the last layer.
     """
+
+    def __new__(cls, config: ModelConfig | None = None, *args: Any, **kwargs: Any) -> LanguageModel:
+        own_model = None if config is None else families.family(config.family).model
+        if cls is LanguageModel and own_model is not None:
+            cls = own_model()
+        return super().__new__(cls)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.dropout_multiplier = 1.0  # Monte-Carlo evaluation scales every rate (see monte_carlo_dropout)
         self.cuda_graphs = True  # replay training windows as CUDA graphs on a GPU (see models.cuda_graphs)
-        embed, hidden = config.embedding_size, config.hidden_size
+        embed = config.embedding_size
         self.embedding = nn.Embedding(config.vocab_size, embed)
         truncated_normal_(self.embedding.weight, math.sqrt(1.0 / embed))
-        self.layers = nn.ModuleList(RecurrentLayer(config, layer) for layer in range(config.num_layers))
+        self.layers = nn.ModuleList(self._recurrent_layers())
+        output = self.layers[-1].cell.hidden_size
         self.projection = None
-        if config.has_projection:
-            self.projection = nn.Linear(hidden, embed, bias=False)
+        if output != embed and config.softmax_components == 1:
+            self.projection = nn.Linear(output, embed, bias=False)
             nn.init.orthogonal_(self.projection.weight)
         self.mixture = None
         if config.softmax_components > 1:
-            self.mixture = MixtureOfSoftmaxes(hidden, embed, config.softmax_components)
+            self.mixture = MixtureOfSoftmaxes(output, embed, config.softmax_components)
         self.output_embedding = None
         if not config.tie_embeddings:
             self.output_embedding = nn.Parameter(truncated_normal_(torch.empty(config.vocab_size, embed),
                                                                    math.sqrt(1.0 / embed)))
         self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
 
+    def _recurrent_layers(self) -> list[RecurrentLayer]:
+        return [RecurrentLayer(self.config, layer) for layer in range(self.config.num_layers)]
+
     def initial_state(self, batch_size: int) -> list[State]:
         device = self.output_bias.device
-        zeros = torch.zeros(batch_size, self.config.hidden_size, device=device)
-        return [(zeros, zeros) for _ in self.layers]
+        zeros = [torch.zeros(batch_size, layer.cell.hidden_size, device=device) for layer in self.layers]
+        return [(layer_zeros, layer_zeros) for layer_zeros in zeros]
+
+    def take_last_layer_outputs(self) -> tuple[Tensor, Tensor] | None:
+        """The last layer's outputs (time, batch, width) of the last training forward pass, before and after
+        dropout, where the family regularises them (AR/TAR, trainers.objective), which the model then forgets
+        (they hold the pass's graph); None otherwise."""
+        return None
 
     def forward(self, tokens: Tensor, state: list[State]) -> tuple[Tensor, list[State]]:
         """Logits (time, batch, vocab) for a window of token ids (time, batch), and the next state.

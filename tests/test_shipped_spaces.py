@@ -78,14 +78,14 @@ def test_an_unknown_name_lists_the_shipped_ones(tmp_path):
     with pytest.raises(UnknownSpace) as raised:
         resolve_space("foo.yaml", cwd=tmp_path)
     message = str(raised.value)
-    assert message.startswith("no such file or shipped space: 'foo.yaml'; shipped spaces: lstm_ptb, ")
+    assert message.startswith("no such file or shipped space: 'foo.yaml'; shipped spaces: awd_lstm_ptb, lstm_ptb, ")
     assert all(name in message for name in shipped_names()) and "`tuner spaces`" in message
 
 
 @pytest.mark.parametrize("given", ["../spaces/mogrifier_ptb", "small/../mogrifier_ptb", "/mogrifier_ptb",
                                    str(SPACES.parent / "tuner" / "cli"), "", "small"])
 def test_only_shipped_names_are_looked_up(given):
-    with pytest.raises(UnknownSpace, match="shipped spaces: lstm_ptb"):
+    with pytest.raises(UnknownSpace, match="shipped spaces: awd_lstm_ptb, lstm_ptb"):
         shipped_space(given)
 
 

@@ -17,7 +17,7 @@ from lm_tuner.tuner.spec.space import trial_setup
 
 SPACES = Path(__file__).parent.parent / "spaces"
 FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",
-             "mogrifier_ptb_char", "ptb_comparison"]
+             "mogrifier_ptb_char", "ptb_comparison", "awd_lstm_ptb"]
 VOCABULARY = {"ptb": 10_000, "wikitext-2": 33_279, "ptb-char": 50, "enwik8": 206}  # with <eos>
 
 

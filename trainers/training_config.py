@@ -36,8 +36,15 @@ class Schedule(BaseModel):
                                 "tokens for every trial, turn and family; at least eval_batch_size x (bptt + 1), "
                                 "one window per stream); the best trials are scored on the whole split when tuning "
                                 "ends. Unset: the whole split every turn")
+    search_temperature: bool = Field(
+        True, description="score each turn at the softmax temperature chosen on the first windows it scores "
+                          "(about 50,000 tokens; s = 1.06, 1.04, ..., 0.80, stopping after 2 values without "
+                          "improvement), as the reference does at every evaluation, so the best turn and the tuning "
+                          "objective are at the chosen temperature; false: at temperature 1")
     max_grad_norm: float = Field(10.0, gt=0, description="global gradient-norm clipping threshold")
-    optimizer: Literal["adam", "radam"] = Field("adam", description="Adam or Rectified Adam, both with beta1 = 0")
+    optimizer: Literal["adam", "radam", "sgd"] = Field(
+        "adam", description="Adam or Rectified Adam, both with beta1 = 0 (Melis et al.), or plain SGD without "
+                            "momentum (AWD-LSTM, Merity et al. 2018)")
     averaging: AveragingConfig = Field(NoAveragingConfig(), description="which weights are evaluated")
     dropout_samples: int = Field(1, ge=1, description="D of the multi-sample dropout objective")
     divergence_retries: int = Field(3, ge=0, description="restarts from the last good state before failing")

@@ -10,7 +10,7 @@ import copy
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,14 @@ import torch
 from torch import Tensor
 
 from lm_tuner.models import LanguageModel, ModelConfig, detach_state
-from lm_tuner.trainers.averaging import Evaluated, make_averaging
+from lm_tuner.trainers.averaging import Evaluated, Weights, make_averaging
 from lm_tuner.trainers.batching import TrainingStream, batchify
 from lm_tuner.trainers.checkpoint import load_training_state
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.evaluation import scored_tokens, streams_cross_entropy
-from lm_tuner.trainers.objective import multi_sample_nll
+from lm_tuner.trainers.objective import activation_regularisation, multi_sample_nll
 from lm_tuner.trainers.stopwatch import Stopwatch
+from lm_tuner.trainers.temperature import searched_streams_cross_entropy
 from lm_tuner.trainers.training_config import TrainingConfig
 from lm_tuner.trainers.training_reports import TurnReport
 from lm_tuner.trainers.weight_swap import swapped_weights
@@ -101,6 +102,8 @@ class TrainingRun:
         self.hidden = detach_state(self.hidden)
         nll, self.hidden = multi_sample_nll(self.model, inputs, targets, self.hidden, self.schedule.dropout_samples)
         loss = nll.sum(dim=0).mean()  # summed over the window, averaged over the batch
+        if (penalty := activation_regularisation(self.model)) is not None:
+            loss = loss + nll.shape[0] * penalty  # per token, so times the window's length like the summed loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.l2_penalty > 0:
@@ -115,19 +118,32 @@ class TrainingRun:
         return token_loss
 
     def evaluate(self) -> Evaluated:
-        evaluated = self.averaging.evaluate(self.params, self._validation_loss, self.progress())
+        """The weights the averaging strategy reports, with their loss at the temperature chosen for them."""
+        scored: list[tuple[Weights, float]] = []  # the weights loss_of saw, each with its logit scale
+
+        def loss_of(weights: Weights) -> float:
+            loss, logit_scale = self._validation_loss(weights)
+            scored.append((weights, logit_scale))
+            return loss
+
+        evaluated = self.averaging.evaluate(self.params, loss_of, self.progress())
         if not math.isfinite(evaluated.loss):
             raise Diverged(f"after step {self.step} the validation loss is {evaluated.loss}")
-        return evaluated
+        return replace(evaluated, logit_scale=next(scale for weights, scale in scored if weights is evaluated.weights))
 
     @property
     def validation_tokens(self) -> int:
         """Tokens each evaluation scores."""
         return scored_tokens(self.validation)
 
-    def _validation_loss(self, weights: Sequence[Tensor]) -> float:
+    def _validation_loss(self, weights: Sequence[Tensor]) -> tuple[float, float]:
+        """The loss of `weights` on the validation tokens a turn scores, and the logit scale it is at: the one
+        chosen on the first windows of those tokens (docs/methodology.md, "Softmax temperature"), else 1."""
         with swapped_weights(self.model, weights):
-            return streams_cross_entropy(self.model, self.validation, self.schedule.bptt)
+            if not self.schedule.search_temperature:
+                return streams_cross_entropy(self.model, self.validation, self.schedule.bptt), 1.0
+            searched = searched_streams_cross_entropy(self.model, self.validation, self.schedule.bptt)
+            return searched.loss, searched.logit_scale
 
     def recover(self, good_state: dict[str, Any]) -> None:
         """Back to `good_state` (time keeps running) with the learning rate at 0.9^k of the configured one after the
@@ -143,9 +159,12 @@ class TrainingRun:
 
     def resume(self, path: Path) -> None:
         state, _ = load_training_state(path)
+        # The saved model is read through ModelConfig, so a model field added since (a family's own, at its neutral
+        # default) is no difference; the training configuration must match as saved: a new training setting can
+        # change the objective, which must not switch halfway through a run.
         differences = _differences(
             {"model": self.model_config.to_dict(), "training": self.config.model_dump()},
-            {"model": state["model_config"], "training": state["training"]},
+            {"model": ModelConfig.from_dict(state["model_config"]).to_dict(), "training": state["training"]},
         )
         if differences:
             raise ValueError(f"resume_from: {path} is a run with another configuration ({'; '.join(differences)}); "
@@ -195,7 +214,10 @@ def retry_seed(seed: int, divergences: int) -> int:
 
 
 def make_optimizer(name: str, params: Sequence[Tensor], learning_rate: float) -> torch.optim.Optimizer:
-    """Adam or RAdam with beta1 = 0 (RMSProp-like, as in Melis et al.), beta2 = 0.999, epsilon = 1e-8."""
+    """Adam or RAdam with beta1 = 0 (RMSProp-like, as in Melis et al.), beta2 = 0.999, epsilon = 1e-8; or plain SGD
+    (AWD-LSTM's, without momentum; with NT-ASGD averaging on top it is the paper's NT-ASGD)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=learning_rate)
     optimizer = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}[name]
     return optimizer(params, lr=learning_rate, betas=(0.0, 0.999), eps=1e-8)
 
