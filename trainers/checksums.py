@@ -1,10 +1,12 @@
 """The SHA256SUMS record of a dataset folder: reading it, writing it, and checking files against it.
 
-A registered file's SHA-256 is pinned in the dataset registry only where this project computed it
-from the file itself (PTB word level, from the standard files). Every other download is checked on
-trust at first use: the digests of the archive and of the extracted files are recorded in the
-dataset's `SHA256SUMS` when it is fetched, and every later load verifies the files against that
-record. A folder given by `path:` is verified against its own `SHA256SUMS` when it has one.
+The dataset registry pins a SHA-256 where one is known for certain: computed by this project from the
+file itself, or published for exactly the archive's URL (each digest's source is cited there). A
+pinned archive is verified before anything is extracted from it, so the digests of its members,
+recorded in the dataset's `SHA256SUMS` at that moment, descend from a verified file. A download with
+nothing pinned is trusted at first use: the same record is written, and every later load verifies the
+files against it. A folder given by `path:` is verified against its own `SHA256SUMS` when it has one.
+A mismatch is an error naming the file and both digests.
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ def verify_checksums(
             expected, source = recorded.get(name), f"recorded in {folder / CHECKSUMS}"
         if expected is None:
             continue
-        actual = sha256_of(folder / name)
-        if actual != expected:
-            raise ValueError(f"{folder / name}: SHA-256 is {actual}, expected {expected} ({source}); the file is "
-                             f"corrupt or a different version: {remedy}")
+        check_digest(folder / name, sha256_of(folder / name), expected, source, remedy)
     unrecorded = [name for name in names if name not in recorded]
     if record and unrecorded:
         write_checksums(folder / CHECKSUMS, recorded | {name: sha256_of(folder / name) for name in unrecorded})
+
+
+def check_digest(file: Path | str, actual: str, expected: str, source: str, remedy: str) -> None:
+    """Raises the error naming `file`, its SHA-256 and the one expected (and where that comes from) when they differ."""
+    if actual != expected:
+        raise ValueError(f"{file}: SHA-256 is {actual}, expected {expected} ({source}); the file is corrupt or a "
+                         f"different version: {remedy}")
 
 
 def read_checksums(path: Path) -> dict[str, str]:

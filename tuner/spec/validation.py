@@ -22,6 +22,7 @@ from lm_tuner.tuner.spec.document import (
 )
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS, families_of
 from lm_tuner.tuner.spec.issues import CONTROL_CHARACTER, SpecError, SpecIssue, field_name, issue_from_pydantic, line_of
+from lm_tuner.tuner.spec.residual import residual_ratio_issues
 from lm_tuner.tuner.spec.yaml_loader import DocumentError, load_document, shown
 
 
@@ -135,6 +136,7 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         families = tuple(f for f in families_of(hyper) if space.families is None or f in space.families)
         issues += _family_issues(("search_space", name), families, spec.families)
         issues += [(("search_space", name, *path), message) for path, message in _range_issues(hyper, space)]
+    issues += residual_ratio_issues(spec)
     choice_sets = {name: set(space.choices) for name, space in spec.search_space.items() if space.choices is not None}
     for index, point in enumerate(spec.tuning.initial_points):
         for name, value in point.items():
