@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import dynamic_evaluation_cost, ptb_short
+from benchmarks import dynamic_evaluation_cost, ptb_short, validation_streams
 
 WORDS = ["the", "a", "market", "rose", "fell", "N", "<unk>", "shares", "of", "in"]
 
@@ -102,3 +102,13 @@ def test_ptb_short_step_budget_trains_exactly_that_many_steps(tiny_ptb: Path) ->
 def test_ptb_short_step_budget_leaves_the_wall_clock_reference_out(tiny_ptb: Path) -> None:
     with pytest.raises(SystemExit):
         ptb_short.main(["--data", str(tiny_ptb), "--steps", "6"])
+
+
+def test_validation_streams_scores_every_stretch_at_every_stream_count(tiny_ptb: Path) -> None:
+    result = validation_streams.main(["--data", str(tiny_ptb), "--steps", "3", "--threads", "1",
+                                      "--stretch-tokens", "150", "--parameter-budget", "6000"])
+    scores = {(score["stretch"], score["streams"]): score for score in result["scores"]}
+    assert {stretch for stretch, _ in scores} == {"first", "middle", "last", "whole split"}
+    assert ("first", 1) in scores and ("first", 4) in scores and ("first", 32) not in scores  # 4 tokens a stream
+    assert all(score["ratio_to_one_stream"] == score["perplexity"] / scores[(score["stretch"], 1)]["perplexity"]
+               for score in scores.values())

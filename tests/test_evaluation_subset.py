@@ -24,12 +24,14 @@ from lm_tuner.trainers import (
     train,
 )
 from lm_tuner.trainers.batching import batchify
+from lm_tuner.trainers.training_run import TrainingRun, subset_streams
 from lm_tuner.tuner.run.controller import connect_ray, launch_study
 from lm_tuner.tuner.run.recorder import StudyRecorder
 from lm_tuner.tuner.run.stages import run_full_validations, top_trials
 from lm_tuner.tuner.run.trial import checkpoint_relative_path
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.spec.estimate import validation_tokens_per_turn
 from lm_tuner.tuner.store.documents import TrialOut
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.schema import TrialRecord, TurnRecord
@@ -68,14 +70,26 @@ def test_an_unset_subset_is_left_out_of_a_dumped_schedule_so_stored_specs_stay_i
 def test_each_turn_scores_exactly_the_first_n_validation_tokens(corpus, tmp_path) -> None:
     config = TrainingConfig(schedule=Schedule(**SCHEDULE, validation_tokens=300), learning_rate=0.01)
     result = train(model_of(corpus), config, corpus, checkpoint_path=tmp_path / "best.pt", device=CPU)
-    assert all(turn.val_subset and turn.val_tokens == (300 // 4 - 1) * 4 for turn in result.turns)
+    assert all(turn.val_subset and turn.val_tokens == 300 - 1 for turn in result.turns)  # one stream: see below
     best = load_checkpoint(tmp_path / "best.pt")
-    assert best.metadata["val_subset"] and best.metadata["val_tokens"] == 296
+    assert best.metadata["val_subset"] and best.metadata["val_tokens"] == 299
     logit_scale = result.turns[result.best_turn - 1].val_logit_scale  # the temperature chosen on those tokens
-    on_subset = cross_entropy(best.model, corpus.valid[:300], 4, 10, logit_scale=logit_scale)
+    on_subset = cross_entropy(best.model, corpus.valid[:300], 1, 10, logit_scale=logit_scale)
     assert best.metadata["val_loss"] == result.best_val_loss == pytest.approx(on_subset, rel=1e-12)
     assert cross_entropy(best.model, corpus.valid, 4, 10, logit_scale=logit_scale) != pytest.approx(
         on_subset, rel=1e-6)  # not all of it
+
+
+def test_a_subset_is_scored_in_streams_of_at_least_2500_tokens() -> None:
+    assert [subset_streams(tokens, 32) for tokens in (300, 2_499, 2_500, 10_000, 79_999, 80_000, 10**6)] == [
+        1, 1, 1, 4, 31, 32, 32]
+    assert subset_streams(10_000, 2) == 2  # never more than eval_batch_size
+    corpus = load_corpus(MarkovCorpusConfig(vocab_size=24, train_tokens=2000, valid_tokens=9000, test_tokens=100))
+    for validation_tokens, streams in ((5_000, 2), (None, 4)):  # the whole split: eval_batch_size streams
+        schedule = Schedule(**SCHEDULE, validation_tokens=validation_tokens)
+        run = TrainingRun(model_of(corpus), TrainingConfig(schedule=schedule), corpus, CPU)
+        assert run.validation.shape[1] == streams
+        assert run.validation_tokens == validation_tokens_per_turn(schedule, 9000)
 
 
 def test_without_a_subset_or_with_one_as_large_as_the_split_every_token_is_scored(corpus) -> None:
@@ -139,14 +153,14 @@ def test_the_best_trial_of_each_family_is_rescored_on_the_whole_validation_split
     for family in spec.families:
         (best,) = top_trials(storage_url, "subset", family, "tune", 1)
         checkpoint = load_checkpoint(settings.artifact_root / checkpoint_relative_path("subset", family, best.number))
-        subset, whole = (searched_streams_cross_entropy(checkpoint.model, batchify(tokens, 4), 10).loss
-                         for tokens in (valid[:400], valid))  # each at the temperature chosen on its first windows
+        subset, whole = (searched_streams_cross_entropy(checkpoint.model, batchify(tokens, streams), 10).loss
+                         for tokens, streams in ((valid[:400], 1), (valid, 4)))  # each at its chosen temperature
         assert best.value == pytest.approx(subset, rel=1e-9)
         assert best.full_value == pytest.approx(whole, rel=1e-9)
         assert best.full_value != pytest.approx(best.value, rel=1e-6)
         shown = TrialOut.of(get_trial(storage_url, best.trial_id))
         assert (shown.value, shown.full_value, shown.val_tokens, shown.val_subset) == (
-            best.value, best.full_value, (400 // 4 - 1) * 4, True)
+            best.value, best.full_value, 400 - 1, True)
         assert shown.train_seconds > 0 and shown.eval_seconds > 0
         with sessions(storage_url)() as session:
             turns = session.scalars(select(TurnRecord).where(TurnRecord.trial_id == best.trial_id)).all()

@@ -34,8 +34,9 @@ class Schedule(BaseModel):
     validation_tokens: int | None = Field(
         None, ge=1, description="score only the first N tokens of the validation split after each turn (the same "
                                 "tokens for every trial, turn and family; at least eval_batch_size x (bptt + 1), "
-                                "one window per stream); the best trials are scored on the whole split when tuning "
-                                "ends. Unset: the whole split every turn")
+                                "one window per stream), as streams of at least 2,500 tokens (fewer than "
+                                "eval_batch_size where needed: each stream starts from a zero state); the best trials "
+                                "are scored on the whole split when tuning ends. Unset: the whole split every turn")
     search_temperature: bool = Field(
         True, description="score each turn at the softmax temperature chosen on the first windows it scores "
                           "(about 50,000 tokens; s = 1.06, 1.04, ..., 0.80, stopping after 2 values without "
