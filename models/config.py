@@ -38,7 +38,9 @@ class ModelConfig:
     `softmax_components` > 1 replaces the softmax by a mixture of that many softmaxes.
     `weight_drop`, `ar_alpha` and `tar_beta` are AWD-LSTM's regularisers (Merity et al. 2018, sections 2 and 4.6):
     DropConnect on the recurrent matrices, and the coefficients of the activation penalties the training objective
-    adds; they are 0 for the families that do not declare them.
+    adds; they are 0 for the families that do not declare them. `options` holds the values of a family's own
+    hyperparameters that are not fields here (a plugin family's), as sorted (name, value) pairs; `option(name)`
+    reads one, or the family's default.
     """
 
     vocab_size: int
@@ -62,6 +64,7 @@ class ModelConfig:
     weight_drop: float = 0.0
     ar_alpha: float = 0.0
     tar_beta: float = 0.0
+    options: tuple[tuple[str, bool | int | float], ...] = ()
 
     def __post_init__(self) -> None:
         configured = families.family(self.family)
@@ -91,6 +94,16 @@ class ModelConfig:
                                      if name in {hyper.name for hyper in f.hyperparameters})
                 _require(getattr(self, name) == 0, name, getattr(self, name),
                          f"0 for family {self.family!r} (use family {owners})")
+        object.__setattr__(self, "options", tuple(sorted((str(name), value) for name, value in self.options)))
+        own = {hyper.name: hyper for hyper in configured.hyperparameters if hyper.name not in _FIELDS}
+        for name, value in self.options:
+            _require(name in own, "options", name, f"a hyperparameter of family {self.family!r} that is not a "
+                                                   f"ModelConfig field ({', '.join(sorted(own)) or 'none'})")
+            _require(own[name].accepts(value), name, value, f"{own[name].allowed()} (family {self.family!r})")
+
+    def option(self, name: str) -> bool | int | float:
+        """The value of the family's own hyperparameter `name`: the configured one, else the family's default."""
+        return dict(self.options).get(name, families.family(self.family).defaults[name])
 
     @property
     def cell(self) -> str:
@@ -113,7 +126,11 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        return cls(**data)
+        """The inverse of `to_dict`, also of its JSON form (where `options` became lists)."""
+        return cls(**{**data, "options": tuple(tuple(pair) for pair in data.get("options", ()))})
+
+
+_FIELDS = frozenset(ModelConfig.__dataclass_fields__)
 
 
 def _require(ok: bool, field: str, value: object, allowed: str) -> None:

@@ -1,8 +1,10 @@
 """The model families: the cell each runs, what it puts around the cell, its paper and its own hyperparameters.
 
 The registry is the one list of families: `ModelConfig` validates against it, the budget solver counts with it,
-and the tuner builds its catalogue of hyperparameters from it. Its order is the display order. A plugin adds a
-family with `register_family`.
+and the tuner builds its catalogue of hyperparameters from it. Its order is the display order: the built-in families,
+then those of plugins (entry points in the group `lm_tuner.families`, models/plugins.py), which are loaded when
+`family`, `family_names` or `family_hyperparameters` is first called. A plugin family that failed to load is
+not listed; asking for it by name raises its `FamilyPluginError` (docs/families.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from lm_tuner.models.hyperparameters import Hyperparameter
 if TYPE_CHECKING:
     from lm_tuner.models.config import ModelConfig
     from lm_tuner.models.language_model import LanguageModel
+    from lm_tuner.models.plugins import FamilyPluginError
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,31 @@ def register_family(family: Family) -> Family:
     return family
 
 
+_plugin_errors: dict[str, FamilyPluginError] | None = None
+"""The error of each plugin that failed to load, by entry-point name; None until the plugins are loaded."""
+
+
+def _load_plugins() -> dict[str, FamilyPluginError]:
+    global _plugin_errors
+    if _plugin_errors is None:
+        _plugin_errors = {}  # before loading: a plugin that asks the registry while it loads must not load again
+        from lm_tuner.models.plugins import load_family_plugins  # here: that module imports this one
+
+        _plugin_errors.update(load_family_plugins(register_family))
+    return _plugin_errors
+
+
+def family_plugin_error(name: str) -> FamilyPluginError | None:
+    """The error of the family plugin whose entry point is called `name`, where it failed to load and no family of
+    that name is registered; None otherwise."""
+    errors = _load_plugins()
+    return None if name in FAMILY_REGISTRY else errors.get(name)
+
+
 def family(name: str) -> Family:
-    """The registered family called `name`."""
+    """The registered family called `name`; for a plugin family that failed to load, its `FamilyPluginError`."""
+    if (plugin_error := family_plugin_error(name)) is not None:
+        raise plugin_error
     if name not in FAMILY_REGISTRY:
         raise ValueError(f"family: got {name!r}; allowed: {', '.join(FAMILY_REGISTRY)}")
     return FAMILY_REGISTRY[name]
@@ -126,12 +152,14 @@ def family(name: str) -> Family:
 
 def family_names() -> tuple[str, ...]:
     """The registered families' names, in display order."""
+    _load_plugins()
     return tuple(FAMILY_REGISTRY)
 
 
 def family_hyperparameters() -> dict[str, tuple[Hyperparameter, tuple[str, ...]]]:
     """Each hyperparameter that only some families have: its definition, with `families` set to the families that
     declare it (in display order), and those families."""
+    _load_plugins()
     owners: dict[str, list[str]] = {}
     definitions: dict[str, Hyperparameter] = {}
     for registered in FAMILY_REGISTRY.values():

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidato
 from pydantic_core import PydanticCustomError
 
 from lm_tuner.models import family_names
+from lm_tuner.models.families import family_plugin_error
 from lm_tuner.trainers import MC_MULTIPLIERS, DatasetConfig, Schedule
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
@@ -41,6 +42,8 @@ def _registered_family(name: str) -> str:
     """A family of the registry (models.families), in pydantic's words for a Literal, so messages read alike."""
     known = family_names()
     if name not in known:
+        if (plugin_error := family_plugin_error(name)) is not None:
+            raise plugin_error  # a ValueError: pydantic reports it at the family's line
         expected = " or ".join((", ".join(repr(family) for family in known[:-1]), repr(known[-1])))
         raise PydanticCustomError("family", "Input should be {expected}", {"expected": expected})
     return name

@@ -12,6 +12,8 @@ from lm_tuner.trainers import TrainingConfig
 from lm_tuner.tuner.spec.document import DYNAMIC_EVALUATION_KINDS, DynamicEvaluationStage, SearchRange, StudySpec
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
+MODEL_FIELDS = frozenset(ModelConfig.__dataclass_fields__)
+
 
 @dataclass(frozen=True)
 class TrialSetup:
@@ -47,7 +49,8 @@ def trial_setup(spec: StudySpec, family: str, params: dict[str, Any], vocab_size
         hyper = HYPERPARAMETERS[name]
         value = int(value) if hyper.kind == "int" else value
         (model_values if hyper.target == "model" else training_values)[name] = value
-    shape = ModelConfig(vocab_size=vocab_size, hidden_size=1, family=family, **model_values)
+    options = tuple((name, model_values.pop(name)) for name in list(model_values) if name not in MODEL_FIELDS)
+    shape = ModelConfig(vocab_size=vocab_size, hidden_size=1, family=family, options=options, **model_values)
     model = solve_hidden_size(shape, spec.parameter_budget)
     training = TrainingConfig(schedule=spec.training, seed=seed, **training_values)
     return TrialSetup(model, training)
