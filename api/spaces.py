@@ -11,6 +11,7 @@ from fastapi import Path as FastAPIPath
 from pydantic import BaseModel, Field
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer
+from lm_tuner.api.params import PRINTABLE
 from lm_tuner.api.schemas import SpecErrorsOut, SubmittedOut
 from lm_tuner.api.submission import queue_study, spec_errors
 from lm_tuner.tuner.spec import SpecError
@@ -18,9 +19,10 @@ from lm_tuner.tuner.spec.shipped import ShippedSpace, UnknownSpace, shipped_spac
 
 SPACE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,99}")
 # Checked in _shipped, not by the path's schema: a name that cannot be a space is simply not one (404), and the
-# submitting route's 422 stays what it documents, a spec that cannot run here.
-SpaceName = Annotated[str, FastAPIPath(description="a shipped space: mogrifier_ptb, small/mogrifier_ptb (.yaml "
-                                                   "optional)")]
+# submitting route's 422 stays what it documents, a spec that cannot run here. The schema states only what the
+# middleware refuses with a 400 before any route: control characters.
+SpaceName = Annotated[str, FastAPIPath(pattern=PRINTABLE, description="a shipped space: mogrifier_ptb, "
+                                                                      "small/mogrifier_ptb (.yaml optional)")]
 NoSuchSpace = {404: {"description": "no shipped space of this name; the message lists them"}}
 
 router = APIRouter(tags=["spaces"])
