@@ -1,4 +1,4 @@
-"""Recurrent language models (LSTM, Mogrifier LSTM, RLSTM, mLSTM) and their parameter budgets."""
+"""Recurrent language models (LSTM, Mogrifier LSTM, RLSTM, mLSTM, AWD-LSTM, GRU, Mogrifier GRU) and their budgets."""
 
 from typing import Any
 

@@ -1,4 +1,5 @@
 """Recurrent cells (LSTM, RLSTM, mLSTM), each defined once; the Mogrifier in front of them is models/mogrifier.py.
+The GRU (models/gru_cell.py) is listed in `CELLS` too but runs in a layer of its own (models/gru.py).
 
 Every cell maps (x, h_prev, c_prev) to (h, c) (Melis et al., "Mogrifier LSTM", 2020, section 2). Its
 `step` is the only statement of its forward math: the reference path runs it under autograd; the fast path runs it on
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lm_tuner.models.gru_cell import GRUCell
 from lm_tuner.models.initialisation import init_forget_bias_, init_tile_
 from lm_tuner.models.lstm_update import lstm_update, lstm_update_backward, route_capped_gradient, tanh
 from lm_tuner.models.tape import Cache, Linear, Tape
@@ -143,8 +145,9 @@ class MLSTMCell(nn.Module):
         return d_x_part, tape.backward(self.hidden_factor, d_m * factor_x), dc
 
 
-CELLS: dict[str, type[LSTMCell] | type[RLSTMCell] | type[MLSTMCell]] = {
+CELLS: dict[str, type[LSTMCell] | type[RLSTMCell] | type[MLSTMCell] | type[GRUCell]] = {
     "lstm": LSTMCell,
     "rlstm": RLSTMCell,
     "mlstm": MLSTMCell,
+    "gru": GRUCell,  # state (h,), not (h, c): it runs in models/gru.py's layer, not in models/recurrence.py's
 }

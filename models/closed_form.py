@@ -36,7 +36,9 @@ def _cell_parameters(cell: str, inputs: int, hidden: int) -> int:
         return (inputs + hidden) * 2 * hidden + 2 * hidden * hidden + hidden * hidden + 4 * hidden
     if cell == "mlstm":  # m = (W_mx x) * (W_mh h); four gates from [x, m], biases
         return inputs * hidden + hidden * hidden + (inputs + hidden) * 4 * hidden + 4 * hidden
-    raise ValueError(f"cell: got {cell!r}; allowed: lstm, rlstm, mlstm (count other cells by building the model)")
+    if cell == "gru":  # r, z, n from x and from h, each side with its biases (nn.GRU's layout)
+        return (inputs + hidden) * 3 * hidden + 6 * hidden
+    raise ValueError(f"cell: got {cell!r}; allowed: lstm, rlstm, mlstm, gru (count other cells by building the model)")
 
 
 def _mogrifier_parameters(config: ModelConfig, inputs: int) -> int:

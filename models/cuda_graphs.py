@@ -39,9 +39,14 @@ class _Window(nn.Module):
         return outputs, h, c
 
 
-def run_layer(layer: RecurrentLayer, inputs: Tensor, state: State, state_mask: Tensor | None,
+def run_layer(layer: nn.Module, inputs: Tensor, state: State, state_mask: Tensor | None,
               use_graphs: bool) -> tuple[Tensor, State]:
-    """The layer over a window, replaying its CUDA graph where one serves (see the module's docstring)."""
+    """The layer over a window, replaying its CUDA graph where one serves (see the module's docstring).
+
+    Only the (h, c) layers of models/recurrence.py are graphed; other layers (the GRU's, whose state is (h,) and
+    whose plain window is cuDNN's fused kernel) run eagerly."""
+    if not isinstance(layer, RecurrentLayer):
+        return layer(inputs, state, state_mask)
     h, c = state
     args = (inputs, h, c) if state_mask is None else (inputs, h, c, state_mask)
     if not (use_graphs and layer.fast and inputs.is_cuda and layer.training and torch.is_grad_enabled()

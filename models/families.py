@@ -95,6 +95,16 @@ of a family that does not declare them has them at 0 (`ModelConfig` checks)."""
 AWD_LSTM_DEFAULTS = MappingProxyType({hyper.name: 0.0 for hyper in AWD_LSTM_HYPERPARAMETERS})
 
 
+GRU_PAPER = ("Cho, van Merriënboer, Gulcehre, Bahdanau, Bougares, Schwenk & Bengio (2014), Learning Phrase "
+             "Representations using RNN Encoder-Decoder for Statistical Machine Translation, EMNLP")
+
+
+def _gru_model() -> type[LanguageModel]:
+    from lm_tuner.models.gru import GRULanguageModel  # here, not above: that module imports this one
+
+    return GRULanguageModel
+
+
 def _awd_lstm_model() -> type[LanguageModel]:
     from lm_tuner.models.awd_lstm import AWDLanguageModel  # here, not above: that module imports this one
 
@@ -196,6 +206,14 @@ BUILT_IN_FAMILIES = (
                        "locked dropout and AR/TAR",
            hyperparameters=AWD_LSTM_HYPERPARAMETERS, defaults=AWD_LSTM_DEFAULTS,
            model=_awd_lstm_model),
+    Family("gru", cell="gru", mogrifier=False, residual=False, paper=GRU_PAPER,
+           description="the GRU: reset and update gates, state h alone; PyTorch's fused nn.GRU without state dropout",
+           parameter_count=closed_form_parameter_count, model=_gru_model),
+    Family("mogrifier_gru", cell="gru", mogrifier=True, residual=False,
+           paper=f"{MOGRIFIER_PAPER}, section 7 (the GRU as future work); {GRU_PAPER}",
+           description="the mogrifier's rounds, then a GRU update whose gates read the mogrified x and h",
+           hyperparameters=MOGRIFIER_HYPERPARAMETERS, defaults=MOGRIFIER_DEFAULTS,
+           parameter_count=closed_form_parameter_count, model=_gru_model),
 )
 for built_in in BUILT_IN_FAMILIES:
     register_family(built_in)

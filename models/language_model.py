@@ -158,6 +158,7 @@ def monte_carlo_dropout(model: LanguageModel, multiplier: float) -> Iterator[Lan
         model.train(was_training)
 
 
-def detach_state(state: list[State]) -> list[State]:
-    """Cut the graph between windows (truncated BPTT) while carrying the values."""
-    return [(h.detach(), c.detach()) for h, c in state]
+def detach_state(state: list[tuple[Tensor, ...]]) -> list[tuple[Tensor, ...]]:
+    """Cut the graph between windows (truncated BPTT) while carrying the values: each layer's state is a tuple of
+    tensors, (h, c) for the LSTM families, (h,) for the GRU's (models/gru.py)."""
+    return [tuple(tensor.detach() for tensor in layer_state) for layer_state in state]

@@ -23,8 +23,8 @@ from lm_tuner.models.cells import CELLS as CELL_MODULES
 from lm_tuner.models.config import CELLS
 from lm_tuner.models.families import FAMILY_REGISTRY
 
-BUILT_IN = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "awd_lstm")
-CLOSED_FORM = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm")
+BUILT_IN = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "awd_lstm", "gru", "mogrifier_gru")
+CLOSED_FORM = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "gru", "mogrifier_gru")
 """The families counted in closed form; awd_lstm, whose layers differ in size, is counted on the meta device."""
 
 
@@ -45,24 +45,24 @@ def register():
 def test_the_registry_lists_the_built_in_families_in_display_order():
     assert family_names() == FAMILIES == tuple(FAMILY_REGISTRY) == BUILT_IN
     assert CELLS == {"lstm": "lstm", "mogrifier": "lstm", "rlstm": "rlstm", "mogrifier_rlstm": "rlstm",
-                     "mlstm": "mlstm", "awd_lstm": "lstm"}
-    assert [name for name in BUILT_IN if family(name).mogrifier] == ["mogrifier", "mogrifier_rlstm"]
+                     "mlstm": "mlstm", "awd_lstm": "lstm", "gru": "gru", "mogrifier_gru": "gru"}
+    assert [name for name in BUILT_IN if family(name).mogrifier] == ["mogrifier", "mogrifier_rlstm", "mogrifier_gru"]
     assert [name for name in BUILT_IN if family(name).residual] == ["rlstm", "mogrifier_rlstm"]
     assert all(family(name).cell in CELL_MODULES and family(name).paper for name in BUILT_IN)
     assert [name for name in BUILT_IN if family(name).parameter_count is None] == ["awd_lstm"]
-    assert [name for name in BUILT_IN if family(name).model is not None] == ["awd_lstm"]
+    assert [name for name in BUILT_IN if family(name).model is not None] == ["awd_lstm", "gru", "mogrifier_gru"]
 
 
 def test_an_unknown_family_is_refused_with_the_allowed_names():
-    with pytest.raises(ValueError, match=r"family: got 'gru'; allowed: lstm, mogrifier, rlstm, mogrifier_rlstm, mlstm"):
-        family("gru")
+    with pytest.raises(ValueError, match=r"family: got 'elman'; allowed: lstm, mogrifier, rlstm, mogrifier_rlstm, ml"):
+        family("elman")
 
 
 def test_family_hyperparameters_name_the_families_that_declare_them():
     catalogue = family_hyperparameters()
     assert set(catalogue) == {"mogrifier_rounds", "mogrifier_rank", "weight_drop", "ar_alpha", "tar_beta"}
     rounds, owners = catalogue["mogrifier_rounds"]
-    assert owners == rounds.families == ("mogrifier", "mogrifier_rlstm")
+    assert owners == rounds.families == ("mogrifier", "mogrifier_rlstm", "mogrifier_gru")
     assert (rounds.kind, rounds.low, rounds.high, rounds.required) == ("int", 0, 6, True)
     assert rounds.applies_to("mogrifier") and not rounds.applies_to("lstm")
     assert catalogue["mogrifier_rank"][0].description == "rank of mogrifier matrices; <= 0 means full rank"
@@ -83,9 +83,11 @@ def test_a_registered_family_is_listed_last_and_accepted_by_configs(register):
     register(replace(family("mogrifier"), name="plugin_mogrifier"))
     assert family_names()[-1] == models.FAMILIES[-1] == "plugin_mogrifier" != FAMILIES[-1]  # FAMILIES: when imported
     assert ModelConfig(vocab_size=10, hidden_size=4, family="plugin_mogrifier", mogrifier_rounds=2).cell == "lstm"
-    assert family_hyperparameters()["mogrifier_rounds"][1] == ("mogrifier", "mogrifier_rlstm", "plugin_mogrifier")
+    assert family_hyperparameters()["mogrifier_rounds"][1] == ("mogrifier", "mogrifier_rlstm", "mogrifier_gru",
+                                                               "plugin_mogrifier")
     with pytest.raises(ValueError, match=r"mogrifier_rounds: got 2; allowed: 0 for family 'rlstm' \(use family "
-                                         r"'mogrifier' or 'mogrifier_rlstm' or 'plugin_mogrifier'\)"):
+                                         r"'mogrifier' or 'mogrifier_rlstm' or 'mogrifier_gru' or "
+                                         r"'plugin_mogrifier'\)"):
         ModelConfig(vocab_size=10, hidden_size=4, family="rlstm", mogrifier_rounds=2)
 
 
@@ -104,7 +106,7 @@ def test_a_hyperparameter_defined_differently_from_another_familys_is_refused():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    (dict(cell="gru"), r"cell: got 'gru' for family 'broken'; allowed: lstm, rlstm, mlstm"),
+    (dict(cell="elman"), r"cell: got 'elman' for family 'broken'; allowed: lstm, rlstm, mlstm, gru"),
     (dict(hyperparameters=family("mogrifier").hyperparameters[:1] * 2, defaults={"mogrifier_rounds": 0}),
      r"hyperparameters: family 'broken' declares mogrifier_rounds twice"),
     (dict(defaults={"mogrifier_rounds": 0}), r"defaults: got mogrifier_rounds for family 'broken'; allowed: exactly"),

@@ -12,6 +12,7 @@ import torch
 from torch.func import functional_call
 
 from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, tape
+from lm_tuner.models.gru import GRULayer
 from lm_tuner.models.recurrence import RecurrentLayer, variational_mask
 
 
@@ -31,7 +32,12 @@ def layer_of(family, rounds, rank, cap, input_size, hidden, dtype):
     """The first layer of a model whose embedding size is `input_size` (at most `hidden`)."""
     config = ModelConfig(vocab_size=10, hidden_size=hidden, family=family, mogrifier_rounds=rounds,
                          mogrifier_rank=rank, cap_input_gate=cap, input_embedding_ratio=input_size / hidden)
-    return RecurrentLayer(config, 0).to(dtype)
+    return (GRULayer if config.cell == "gru" else RecurrentLayer)(config, 0).to(dtype)
+
+
+def state_of(layer, h, c):
+    """The layer's state: (h,) for a GRU (the fast path is then the fused nn.GRU), else (h, c)."""
+    return (h,) if isinstance(layer, GRULayer) else (h, c)
 
 
 def window_of(steps, batch, input_size, hidden, dtype, masked):
@@ -45,12 +51,12 @@ def window_of(steps, batch, input_size, hidden, dtype, masked):
 
 def outputs_and_grads(layer, fast, inputs, h, c, mask):
     layer.fast = fast
-    inputs, h, c = (t.detach().requires_grad_() for t in (inputs, h, c))
-    outputs, (h_last, c_last) = layer(inputs, (h, c), mask)
+    inputs, *state = (t.detach().requires_grad_() for t in (inputs, *state_of(layer, h, c)))
+    outputs, last_state = layer(inputs, tuple(state), mask)
     weights = torch.linspace(-1, 1, outputs.numel(), dtype=outputs.dtype, device=outputs.device).view_as(outputs)
-    loss = (outputs * weights).sum() + 0.3 * h_last.sum() + 0.7 * c_last.sum()
-    grads = torch.autograd.grad(loss, [inputs, h, c, *layer.parameters()])
-    return [outputs, h_last, c_last, *grads]
+    loss = (outputs * weights).sum() + sum(k * t.sum() for k, t in zip((0.3, 0.7), last_state, strict=False))
+    grads = torch.autograd.grad(loss, [inputs, *state, *layer.parameters()])
+    return [outputs, *last_state, *grads]
 
 
 @pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked"), _layer_variants())
@@ -89,8 +95,9 @@ def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_
     layer = layer_of(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
     window = window_of(6, batch, 128, 128, torch.float32, masked=True)
     fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
+    values = 1 + len(state_of(layer, None, None))  # outputs and the last state; then gradients
     for index, (a, b) in enumerate(zip(fast, reference, strict=True)):
-        if index < 3:
+        if index < values:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
         else:
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -101,13 +108,14 @@ def test_gradcheck_fast_layer(family, rounds, rank, cap, masked):
     torch.manual_seed(0)
     layer = layer_of(family, rounds, rank, cap, input_size=2, hidden=3, dtype=torch.float64)
     inputs, h, c, mask = window_of(3, 2, 2, 3, torch.float64, masked)
-    names = [name for name, _ in layer.named_parameters()]
+    names, state = [name for name, _ in layer.named_parameters()], state_of(layer, h, c)
 
-    def run(inputs, h, c, *parameters):
-        outputs, state = functional_call(layer, dict(zip(names, parameters, strict=True)), (inputs, (h, c), mask))
+    def run(inputs, *state_and_parameters):
+        state, parameters = state_and_parameters[: -len(names)], state_and_parameters[-len(names) :]
+        outputs, state = functional_call(layer, dict(zip(names, parameters, strict=True)), (inputs, state, mask))
         return outputs, *state
 
-    arguments = [t.requires_grad_() for t in (inputs, h, c, *(p.detach().clone() for p in layer.parameters()))]
+    arguments = [t.requires_grad_() for t in (inputs, *state, *(p.detach().clone() for p in layer.parameters()))]
     assert torch.autograd.gradcheck(run, arguments)
 
 
@@ -129,8 +137,8 @@ def test_gradcheck_language_model(config):
     torch.manual_seed(0)
     model = LanguageModel(config).double().eval()
     tokens = torch.randint(config.vocab_size, (3, 2), generator=torch.Generator().manual_seed(0))
-    state = [tuple(0.1 * torch.randn(2, config.hidden_size, dtype=torch.float64) for _ in range(2))
-             for _ in range(config.num_layers)]
+    state = [tuple(0.1 * torch.randn(2, config.hidden_size, dtype=torch.float64) for _ in layer_state)
+             for layer_state in model.initial_state(2)]
     names = [name for name, _ in model.named_parameters()]
 
     def logits(*parameters):
@@ -175,8 +183,8 @@ def test_fast_path_without_gradients_matches_the_recorded_forward(family):
     rounds = 2 if family.startswith("mogrifier") else 0
     layer = layer_of(family, rounds, 0, True, input_size=4, hidden=4, dtype=torch.float32)
     inputs, h, c, mask = window_of(5, 3, 4, 4, torch.float32, masked=True)
-    outputs, state = layer(inputs, (h, c), mask)
+    outputs, state = layer(inputs, state_of(layer, h, c), mask)
     with torch.no_grad():
-        outputs_no_grad, state_no_grad = layer(inputs, (h, c), mask)
+        outputs_no_grad, state_no_grad = layer(inputs, state_of(layer, h, c), mask)
     assert torch.equal(outputs, outputs_no_grad)
     assert all(torch.equal(a, b) for a, b in zip(state, state_no_grad, strict=True))

@@ -29,13 +29,14 @@ def test_every_family_builds_and_carries_a_list_of_states(family):
     model = _model(family=family, mogrifier_rounds=2 if family.startswith("mogrifier") else 0, num_layers=3)
     logits, state = model(_tokens(), model.initial_state(BATCH))
     assert logits.shape == (STEPS, BATCH, VOCAB)
-    assert len(state) == 3 and all(h.shape == c.shape == (BATCH, HIDDEN) for h, c in state)
+    assert len(state) == 3 and all(t.shape == (BATCH, HIDDEN) for layer_state in state for t in layer_state)
+    assert all(len(layer_state) == (1 if family.endswith("gru") else 2) for layer_state in state)  # (h,) or (h, c)
     assert not any(t.requires_grad for layer_state in detach_state(state) for t in layer_state)
 
 
 def test_configuration_errors_name_the_field_the_value_and_what_is_allowed():
-    with pytest.raises(ValueError, match=r"family: got 'gru'; allowed: lstm, mogrifier, rlstm, mogrifier_rlstm"):
-        ModelConfig(vocab_size=10, hidden_size=4, family="gru")
+    with pytest.raises(ValueError, match=r"family: got 'elman'; allowed: lstm, mogrifier, rlstm, mogrifier_rlstm"):
+        ModelConfig(vocab_size=10, hidden_size=4, family="elman")
     with pytest.raises(ValueError, match=r"mogrifier_rounds: got 2; allowed: 0 for family 'rlstm'"):
         ModelConfig(vocab_size=10, hidden_size=4, family="rlstm", mogrifier_rounds=2)
     with pytest.raises(ValueError, match=r"mogrifier_rounds: got 7; allowed: an integer in \[0, 6\]"):
