@@ -76,7 +76,8 @@ def test_two_trial_study_lands_in_the_database(ray_cluster, storage_url, tiny_sp
             assert checkpoint.vocabulary == corpus.vocabulary
             assert count_parameters(checkpoint.model.config) == record.parameter_count
             schedule = checkpoint.metadata["training"]["schedule"]
-            reproduced = cross_entropy(checkpoint.model, corpus.valid, schedule["eval_batch_size"], schedule["bptt"])
+            reproduced = cross_entropy(checkpoint.model, corpus.valid, schedule["eval_batch_size"], schedule["bptt"],
+                                       logit_scale=checkpoint.metadata["val_logit_scale"])  # the turn's temperature
             assert reproduced == pytest.approx(trial.value, rel=1e-6)
 
 

@@ -109,6 +109,7 @@ def test_best_checkpoint_holds_the_evaluated_weights_config_and_vocabulary(corpu
     best = result.turns[result.best_turn - 1]
     assert checkpoint.metadata | {"trial": 7} == checkpoint.metadata
     assert (checkpoint.metadata["val_loss"], checkpoint.metadata["turn"]) == (result.best_val_loss, best.turn)
+    assert checkpoint.metadata["val_logit_scale"] == best.val_logit_scale
     assert checkpoint.metadata["averaging_length"] == best.averaging_length
     assert checkpoint.metadata["training"] == config.model_dump()
     assert checkpoint.vocabulary == corpus.vocabulary and checkpoint.model.config == tiny_model(corpus)

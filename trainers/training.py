@@ -96,7 +96,8 @@ def train(
         )
         run.reports.append(report)
         last_good = run.state_dict()
-        turn_metadata = {**metadata, "val_loss": evaluated.loss, "val_tokens": run.validation_tokens,
+        turn_metadata = {**metadata, "val_loss": evaluated.loss, "val_logit_scale": evaluated.logit_scale,
+                         "val_tokens": run.validation_tokens,
                          "val_subset": run.validation_subset, "turn": run.turn, "step": run.step,
                          "averaging_length": evaluated.length, "training": config.model_dump()}
         with swapped_weights(run.model, evaluated.weights):
