@@ -286,6 +286,12 @@ def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch
     assert fetched.exit_code == 0, fetched.output
     assert str(tmp_path / "cache" / "ptb") in fetched.output.replace("\n", "")
     assert sha256_of(tmp_path / "cache" / "ptb" / "ptb.valid.txt") in fetched.output
+    assert "recorded in SHA256SUMS at first download" in fetched.output
+    pinned = RegisteredDataset("ptb", archive.as_uri(), "ptb", {n: f"data/{n}" for n in files}, "tiny ptb",
+                               archive_sha256=sha256_of(archive))
+    monkeypatch.setitem(registry.REGISTRY, "ptb", pinned)
+    again = runner.invoke(app, ["data", "fetch", "ptb", "--cache-dir", str(tmp_path / "pinned")])
+    assert again.exit_code == 0 and again.output.count("from the archive pinned in the registry") == 3, again.output
     unknown = runner.invoke(app, ["data", "fetch", "ptb-word"])
     assert unknown.exit_code == 2 and "unknown name 'ptb-word'; registered: ptb, ptb-char" in unknown.output
 

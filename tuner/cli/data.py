@@ -50,7 +50,9 @@ def fetch(
     recorded = read_checksums(folder / CHECKSUMS)
     typer.echo(f"{dataset.name}: {dataset.description}\n{folder}")
     for file in dataset.members:
-        source = "pinned in the registry" if file in dataset.sha256 else f"recorded in {CHECKSUMS} at first download"
+        source = ("pinned in the registry" if file in dataset.sha256 else
+                  f"from the archive pinned in the registry, recorded in {CHECKSUMS}" if dataset.archive_sha256 else
+                  f"recorded in {CHECKSUMS} at first download")
         typer.echo(f"{recorded[file]}  {file}  ({(folder / file).stat().st_size:,} bytes, {source})")
 
 
