@@ -25,7 +25,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from lm_tuner.models.cells import CELLS
 from lm_tuner.models.config import ModelConfig
 from lm_tuner.models.cuda_graphs import run_layer
 from lm_tuner.models.initialisation import init_forget_bias_
@@ -42,18 +41,6 @@ def layer_sizes(config: ModelConfig) -> list[tuple[int, int]]:
     return [(embed if layer == 0 else hidden, embed if layer == last else hidden) for layer in range(last + 1)]
 
 
-class SizedLayer(RecurrentLayer):
-    """A `RecurrentLayer` of the given sizes (a `RecurrentLayer` reads its sizes from the configuration, where
-    every layer is H wide). Without a mogrifier: no family with one builds this model."""
-
-    def __init__(self, config: ModelConfig, input_size: int, hidden_size: int) -> None:
-        nn.Module.__init__(self)
-        self.cell = CELLS[config.cell](input_size, hidden_size, cap_input_gate=config.cap_input_gate,
-                                       chrono_t_max=config.chrono_t_max)
-        self.mogrifier = None
-        self.fast = True
-
-
 class AWDLanguageModel(LanguageModel):
     """The AWD-LSTM language model; `LanguageModel(config)` builds it for a family whose `model` names it."""
 
@@ -63,7 +50,7 @@ class AWDLanguageModel(LanguageModel):
         self._initialise_as_in_the_paper()
 
     def _recurrent_layers(self) -> list[RecurrentLayer]:
-        return [SizedLayer(self.config, inputs, hidden) for inputs, hidden in layer_sizes(self.config)]
+        return [RecurrentLayer(self.config, layer, sizes) for layer, sizes in enumerate(layer_sizes(self.config))]
 
     def _initialise_as_in_the_paper(self) -> None:
         with torch.no_grad():

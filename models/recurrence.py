@@ -42,9 +42,11 @@ class RecurrentLayer(nn.Module):
     (grad, vmap, ...), which cannot see through its backward, are active: then autograd does.
     """
 
-    def __init__(self, config: ModelConfig, layer: int) -> None:
+    def __init__(self, config: ModelConfig, layer: int, sizes: tuple[int, int] | None = None) -> None:
+        """Layer `layer` of the configuration: it reads `config.layer_input_size(layer)` and is H wide, unless
+        `sizes` gives its (input size, hidden size) (a family whose layers differ in width)."""
         super().__init__()
-        input_size, hidden = config.layer_input_size(layer), config.hidden_size
+        input_size, hidden = sizes or (config.layer_input_size(layer), config.hidden_size)
         self.cell = CELLS[config.cell](input_size, hidden, cap_input_gate=config.cap_input_gate,
                                        chrono_t_max=config.chrono_t_max)
         self.mogrifier = None

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lm_tuner.models import LanguageModel, ModelConfig, count_parameters, family, solve_hidden_size
-from lm_tuner.models.awd_lstm import AWDLanguageModel, SizedLayer, layer_sizes
+from lm_tuner.models.awd_lstm import AWDLanguageModel, layer_sizes
 from lm_tuner.models.budget import parameter_breakdown
 from lm_tuner.models.recurrence import RecurrentLayer
 
@@ -70,8 +70,8 @@ def test_layers_narrow_to_the_embedding_which_feeds_the_tied_softmax_without_a_p
 
 
 def test_a_sized_layer_has_what_a_recurrent_layer_has():
-    """SizedLayer builds its attributes itself: one added to RecurrentLayer must be added there too."""
-    sized, plain = SizedLayer(tiny(), 6, 12), RecurrentLayer(tiny(), 0)
+    sized, plain = RecurrentLayer(tiny(), 0, sizes=(6, 12)), RecurrentLayer(tiny(), 0)
+    assert (sized.cell.input.in_features, sized.cell.hidden_size) == (6, 12)
     assert vars(sized).keys() == vars(plain).keys() and sized._modules.keys() == plain._modules.keys()
 
 
