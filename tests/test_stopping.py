@@ -48,6 +48,32 @@ def test_stop_children_ends_a_tree_and_the_orphans_it_adopted(tmp_path):
     assert not [pid for pid in started if _alive(pid)]
 
 
+def test_a_signal_during_a_commit_stops_after_it_and_the_session_still_works(tmp_path):
+    # The signal arrives while SQLAlchemy executes an INSERT (as a stop can land inside Optuna's commit); raised
+    # there, the KeyboardInterrupt would tear the transaction and leave the session unusable for tidying up.
+    script = (
+        "import os, signal, time\n"
+        "from sqlalchemy import create_engine, event, text\n"
+        "from lm_tuner.tuner.run.processes import stop_on_signals\n"
+        f"engine = create_engine('sqlite:///{tmp_path / 'stop.db'}')\n"
+        "with engine.begin() as c: c.execute(text('CREATE TABLE t (x INTEGER)'))\n"
+        "event.listen(engine, 'before_cursor_execute', lambda *a: os.kill(os.getpid(), signal.SIGTERM))\n"
+        "stop_on_signals()\n"
+        "try:\n"
+        "    with engine.begin() as c: c.execute(text('INSERT INTO t VALUES (1)'))\n"
+        "    print('committed', flush=True)\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt as stop:\n"
+        "    print('stopped', stop, flush=True)\n"
+        "engine.dispose()\n"
+        "with create_engine(engine.url).connect() as c:\n"
+        "    print('rows', c.execute(text('SELECT count(*) FROM t')).scalar())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:3] == ["committed", "stopped SIGTERM", "rows 1"]
+
+
 def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,

@@ -12,31 +12,53 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 
 import psutil
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_CHILD_SUBREAPER = 36
 _stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
+DATABASE_MODULES = ("sqlalchemy.", "sqlite3", "psycopg", "optuna.storages")
+DEFERRED_STOP_SECONDS = 0.05  # how soon a signal that arrived in a database call is delivered again
 
 
 def stop_on_signals() -> None:
     """The first SIGINT or SIGTERM raises KeyboardInterrupt, so every layer that tidies up on Ctrl-C does; later
     ones are ignored, so that tidying up is not itself interrupted. Which signal it was is `stop_signal()`:
     libraries re-raise a KeyboardInterrupt of their own (Ray does, from a wait), so the exception cannot carry
-    it. Set explicitly: a command started in the background of a script inherits SIGINT ignored."""
-    def request_stop(signal_number: int, _frame: object) -> None:
+    it. Set explicitly: a command started in the background of a script inherits SIGINT ignored.
+
+    A signal that arrives while the main thread is inside the database driver or Optuna's storage is delivered
+    once that call has returned: an exception raised half-way through a commit leaves the session unusable, and
+    the tidying up that follows needs it to mark the running trials interrupted."""
+    def request_stop(signal_number: int, frame: FrameType | None) -> None:
+        if not _stop_signal:
+            _stop_signal.append(signal_number)
+        if in_database_call(frame):
+            threading.Timer(DEFERRED_STOP_SECONDS, os.kill, (os.getpid(), signal_number)).start()
+            return
         for number in STOP_SIGNALS:
             signal.signal(number, signal.SIG_IGN)
-        _stop_signal.append(signal_number)
-        raise KeyboardInterrupt(signal.Signals(signal_number).name)
+        raise KeyboardInterrupt(signal.Signals(_stop_signal[0]).name)
 
     for number in STOP_SIGNALS:
         signal.signal(number, request_stop)
+
+
+def in_database_call(frame: FrameType | None) -> bool:
+    """Whether `frame` or one of its callers runs code of the database layers (SQLAlchemy, the drivers, Optuna's
+    storage), where an exception would leave a connection or a session half-way through a transaction."""
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(DATABASE_MODULES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stop_signal() -> int | None:
