@@ -106,11 +106,22 @@ def test_every_turn_reports_its_seconds_of_training_and_of_evaluation(corpus) ->
     assert sum(t.train_seconds + t.eval_seconds for t in result.turns) <= result.turns[-1].wall_seconds
 
 
+def test_turns_report_their_checkpoint_writes_and_the_first_one_the_set_up(corpus, tmp_path) -> None:
+    config = TrainingConfig(schedule=Schedule(**SCHEDULE))
+    without = train(model_of(corpus), config, corpus, device=CPU).turns
+    saved = train(model_of(corpus), config, corpus, device=CPU, checkpoint_path=tmp_path / "best.pt",
+                  latest_checkpoint_path=tmp_path / "latest.pt").turns
+    assert all(turn.checkpoint_seconds > 0 for turn in saved)
+    assert sum(t.checkpoint_seconds for t in without) < sum(t.checkpoint_seconds for t in saved)
+    assert saved[0].setup_seconds > 0 and all(turn.setup_seconds == 0 for turn in saved[1:])
+
+
 def turn_result(turn: int, *, train_seconds: float, eval_seconds: float) -> dict:
     return {"turn": turn, "step": 4 * turn, "train_loss": 3.0, "val_loss": 3.1, "best_val_loss": 3.1,
             "tokens_per_second": 1000.0, "wall_seconds": turn * (train_seconds + eval_seconds) + 0.1,
             "process_seconds": 1.0, "averaging_length": 1, "learning_rate": 0.01, "epochs": 0.1,
-            "train_seconds": train_seconds, "eval_seconds": eval_seconds, "val_tokens": 296, "val_subset": False}
+            "train_seconds": train_seconds, "eval_seconds": eval_seconds, "val_tokens": 296, "val_subset": False,
+            "checkpoint_seconds": 0.25, "setup_seconds": 2.0 if turn == 1 else 0.0}
 
 
 def test_the_recorder_keeps_the_seconds_and_warns_once_per_study_when_evaluation_dominates(storage_url, caplog,
@@ -138,6 +149,7 @@ def test_the_recorder_keeps_the_seconds_and_warns_once_per_study_when_evaluation
         assert (first.train_seconds, first.eval_seconds, first.val_tokens, first.val_subset) == (4.0, 2.5, 296, False)
         turns = session.scalars(select(TurnRecord).where(TurnRecord.trial_id == 1).order_by(TurnRecord.turn)).all()
         assert [(t.train_seconds, t.eval_seconds) for t in turns] == [(3.0, 0.5), (1.0, 2.0)]
+        assert [(t.checkpoint_seconds, t.setup_seconds) for t in turns] == [(0.25, 2.0), (0.25, 0.0)]
 
 
 @pytest.mark.slow

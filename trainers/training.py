@@ -17,12 +17,14 @@ which `train(..., resume_from=...)` continues to exactly the numbers of an unint
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lm_tuner.models import ModelConfig, count_parameters
+from lm_tuner.models.cpu_kernels import cpu_extension
 from lm_tuner.trainers.averaging_protocol import Evaluated
 from lm_tuner.trainers.checkpoint import save_checkpoint
 from lm_tuner.trainers.corpus import Corpus
@@ -58,9 +60,13 @@ def train(
     `latest_checkpoint_path` receives the full training state after every turn; `resume_from` (such
     a file) continues that run, which must have the same model and training configuration.
     """
+    set_up = time.perf_counter()
     run = TrainingRun(model_config, config, corpus, device or default_device())
     if resume_from is not None:
         run.resume(Path(resume_from))
+    if run.device.type == "cpu":
+        cpu_extension()  # loaded (built, the first time on a machine) here rather than inside the first step
+    setup_seconds = time.perf_counter() - set_up
     metadata = metadata or {}
     last_good = run.state_dict()
     finished = run.progress() >= 1
@@ -92,7 +98,7 @@ def train(
             train_seconds=train_seconds, eval_seconds=eval_seconds, val_tokens=run.validation_tokens,
             val_subset=run.validation_subset,
             reversed_loss=memory and memory.reversed_loss, reversed_accuracy=memory and memory.reversed_accuracy,
-            val_logit_scale=evaluated.logit_scale,
+            val_logit_scale=evaluated.logit_scale, setup_seconds=setup_seconds,
         )
         run.reports.append(report)
         last_good = run.state_dict()
@@ -100,12 +106,16 @@ def train(
                          "val_tokens": run.validation_tokens,
                          "val_subset": run.validation_subset, "turn": run.turn, "step": run.step,
                          "averaging_length": evaluated.length, "training": config.model_dump()}
+        saving = time.perf_counter()
         with swapped_weights(run.model, evaluated.weights):
             if improved and checkpoint_path is not None:
                 save_checkpoint(checkpoint_path, run.model, corpus.vocabulary, turn_metadata)
             if latest_checkpoint_path is not None:
                 save_checkpoint(latest_checkpoint_path, run.model, corpus.vocabulary, turn_metadata,
                                 training_state=last_good)
+        # the saved state holds this report as it was before the writes: only the callback learns their cost
+        report = run.reports[-1] = replace(report, checkpoint_seconds=time.perf_counter() - saving)
+        setup_seconds = 0.0
         if on_turn is not None:
             on_turn(report)
     return TrainingResult(run.best_val_loss, run.best_turn, count_parameters(model_config), list(run.reports))

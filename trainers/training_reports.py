@@ -44,6 +44,11 @@ class TurnReport:
     """Reverse-copy tasks: the share of reversed symbols the evaluated weights predict (argmax); else None."""
     val_logit_scale: float = 1.0
     """`val_loss` (and `reversed_loss`) were scored with the logits multiplied by this (1 / softmax temperature)."""
+    checkpoint_seconds: float = 0.0
+    """Wall-clock seconds of this turn's checkpoint writes (the best weights, the latest training state)."""
+    setup_seconds: float = 0.0
+    """The first turn a process reports: wall-clock seconds it took to build the model, restore a resumed state
+    and load the compiled kernels before training began; 0 on later turns."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from lm_tuner.tuner.store.schema import CheckpointRecord, TrialRecord, TurnRecor
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
                "process_seconds", "averaging_length", "learning_rate", "epochs", "train_seconds", "eval_seconds",
-               "val_tokens", "val_subset", "reversed_loss", "reversed_accuracy", "val_logit_scale")
+               "val_tokens", "val_subset", "reversed_loss", "reversed_accuracy", "val_logit_scale",
+               "checkpoint_seconds", "setup_seconds")
 
 EVALUATION_SHARE_LIMIT = 0.25
 """Beyond this share of a trial's time spent evaluating, the study is warned about (once)."""

@@ -147,6 +147,8 @@ class TurnRecord(Base):
     reversed_loss: Mapped[float | None] = mapped_column(Float)  # reverse-copy tasks: loss on the reversed halves
     reversed_accuracy: Mapped[float | None] = mapped_column(Float)  # and the share of them predicted (argmax)
     val_logit_scale: Mapped[float | None] = mapped_column(Float)  # val_loss was scored with logits times this
+    checkpoint_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's checkpoint writes
+    setup_seconds: Mapped[float | None] = mapped_column(Float)  # first turn of a process: model, state, kernels
 
 
 class CheckpointRecord(Base):
