@@ -1,5 +1,6 @@
 """Recurrent cells (LSTM, RLSTM, mLSTM), each defined once; the Mogrifier in front of them is models/mogrifier.py.
-The GRU (models/gru_cell.py) is listed in `CELLS` too but runs in a layer of its own (models/gru.py).
+The GRU (models/gru_cell.py) is listed in `CELLS` too but runs in a layer of its own (models/gru.py), and so is the
+Transformer's block (models/transformer_block.py), which is no recurrent cell: models/transformer.py stacks them.
 
 Every cell maps (x, h_prev, c_prev) to (h, c) (Melis et al., "Mogrifier LSTM", 2020, section 2). Its
 `step` is the only statement of its forward math: the reference path runs it under autograd; the fast path runs it on
@@ -21,6 +22,7 @@ from lm_tuner.models.gru_cell import GRUCell
 from lm_tuner.models.initialisation import init_forget_bias_, init_tile_
 from lm_tuner.models.lstm_update import lstm_update, lstm_update_backward, route_capped_gradient, tanh
 from lm_tuner.models.tape import Cache, Linear, Tape
+from lm_tuner.models.transformer_block import TransformerBlock
 
 
 class LSTMCell(nn.Module):
@@ -145,9 +147,10 @@ class MLSTMCell(nn.Module):
         return d_x_part, tape.backward(self.hidden_factor, d_m * factor_x), dc
 
 
-CELLS: dict[str, type[LSTMCell] | type[RLSTMCell] | type[MLSTMCell] | type[GRUCell]] = {
+CELLS: dict[str, type[LSTMCell] | type[RLSTMCell] | type[MLSTMCell] | type[GRUCell] | type[TransformerBlock]] = {
     "lstm": LSTMCell,
     "rlstm": RLSTMCell,
     "mlstm": MLSTMCell,
     "gru": GRUCell,  # state (h,), not (h, c): it runs in models/gru.py's layer, not in models/recurrence.py's
+    "transformer": TransformerBlock,  # not recurrent: a stack of them reads a whole window (models/transformer.py)
 }

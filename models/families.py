@@ -111,6 +111,38 @@ def _awd_lstm_model() -> type[LanguageModel]:
     return AWDLanguageModel
 
 
+TRANSFORMER_PAPER = ("Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser & Polosukhin (2017), Attention Is "
+                     "All You Need, NeurIPS; pre-LayerNorm: Xiong, Yang, He, Zheng, Zheng, Xing, Zhang, Lan, Wang & "
+                     "Liu (2020), On Layer Normalization in the Transformer Architecture, ICML; rotary positions: "
+                     "Su, Lu, Pan, Murtadha, Wen & Liu (2021), RoFormer: Enhanced Transformer with Rotary Position "
+                     "Embedding, arXiv:2104.09864")
+
+TRANSFORMER_HYPERPARAMETERS = (
+    Hyperparameter("attention_heads", "model", "int", "attention heads per block (Vaswani et al. 2017, section "
+                   "3.2.2); the solved width is a multiple of it (of twice it with rotary positions)", 1, 64),
+    Hyperparameter("rotary_positions", "model", "bool", "true: rotary positions in every attention (Su et al. "
+                   "2021); false: learned positions added to the embedded tokens (Vaswani et al. 2017, section 3.5)"),
+    Hyperparameter("context_length", "model", "int", "tokens a prediction may attend to, the current one included; "
+                   "set it to the training bptt (docs/families.md#transformer)", 1, 4096, required=True),
+)
+"""The Transformer's own hyperparameters; its depth is `num_layers`, its width is solved from the budget."""
+
+TRANSFORMER_DEFAULTS = MappingProxyType({"attention_heads": 4, "rotary_positions": True, "context_length": 70})
+"""A model built outside a study: 4 heads, rotary positions, the 70-token context of the PTB word-level bptt."""
+
+
+def _transformer_model() -> type[LanguageModel]:
+    from lm_tuner.models.transformer import TransformerLanguageModel  # here, not above: that module imports this one
+
+    return TransformerLanguageModel
+
+
+def _transformer_parameter_count(config: ModelConfig) -> int:
+    from lm_tuner.models.transformer import parameter_count  # here, not above: that module imports this one
+
+    return parameter_count(config)
+
+
 FAMILY_REGISTRY: dict[str, Family] = {}
 """Every family by name, in display order. Add to it with `register_family` only."""
 
@@ -214,6 +246,13 @@ BUILT_IN_FAMILIES = (
            description="the mogrifier's rounds, then a GRU update whose gates read the mogrified x and h",
            hyperparameters=MOGRIFIER_HYPERPARAMETERS, defaults=MOGRIFIER_DEFAULTS,
            parameter_count=closed_form_parameter_count, model=_gru_model),
+    Family("transformer", cell="transformer", mogrifier=False, residual=False, paper=TRANSFORMER_PAPER,
+           description="a decoder-only pre-LayerNorm Transformer reading each window causally, with learned or rotary "
+                       "positions; dropout: embedding_dropout whole words, input_dropout the embedded tokens, "
+                       "state_dropout the attention weights, inter_layer_dropout each residual branch, "
+                       "cell_output_dropout the feed-forward activations, output_dropout the output",
+           hyperparameters=TRANSFORMER_HYPERPARAMETERS, defaults=TRANSFORMER_DEFAULTS,
+           parameter_count=_transformer_parameter_count, model=_transformer_model),
 )
 for built_in in BUILT_IN_FAMILIES:
     register_family(built_in)

@@ -23,9 +23,10 @@ from lm_tuner.models.cells import CELLS as CELL_MODULES
 from lm_tuner.models.config import CELLS
 from lm_tuner.models.families import FAMILY_REGISTRY
 
-BUILT_IN = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "awd_lstm", "gru", "mogrifier_gru")
+BUILT_IN = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "awd_lstm", "gru", "mogrifier_gru", "transformer")
 CLOSED_FORM = ("lstm", "mogrifier", "rlstm", "mogrifier_rlstm", "mlstm", "gru", "mogrifier_gru")
-"""The families counted in closed form; awd_lstm, whose layers differ in size, is counted on the meta device."""
+"""The recurrent families counted in closed form; awd_lstm, whose layers differ in size, is counted on the meta device,
+and the transformer's closed form (its width must suit its heads) is checked in tests/test_models_transformer.py."""
 
 
 @pytest.fixture
@@ -45,12 +46,14 @@ def register():
 def test_the_registry_lists_the_built_in_families_in_display_order():
     assert family_names() == FAMILIES == tuple(FAMILY_REGISTRY) == BUILT_IN
     assert CELLS == {"lstm": "lstm", "mogrifier": "lstm", "rlstm": "rlstm", "mogrifier_rlstm": "rlstm",
-                     "mlstm": "mlstm", "awd_lstm": "lstm", "gru": "gru", "mogrifier_gru": "gru"}
+                     "mlstm": "mlstm", "awd_lstm": "lstm", "gru": "gru", "mogrifier_gru": "gru",
+                     "transformer": "transformer"}
     assert [name for name in BUILT_IN if family(name).mogrifier] == ["mogrifier", "mogrifier_rlstm", "mogrifier_gru"]
     assert [name for name in BUILT_IN if family(name).residual] == ["rlstm", "mogrifier_rlstm"]
     assert all(family(name).cell in CELL_MODULES and family(name).paper for name in BUILT_IN)
     assert [name for name in BUILT_IN if family(name).parameter_count is None] == ["awd_lstm"]
-    assert [name for name in BUILT_IN if family(name).model is not None] == ["awd_lstm", "gru", "mogrifier_gru"]
+    assert [name for name in BUILT_IN if family(name).model is not None] == ["awd_lstm", "gru", "mogrifier_gru",
+                                                                                    "transformer"]
 
 
 def test_an_unknown_family_is_refused_with_the_allowed_names():
@@ -60,7 +63,8 @@ def test_an_unknown_family_is_refused_with_the_allowed_names():
 
 def test_family_hyperparameters_name_the_families_that_declare_them():
     catalogue = family_hyperparameters()
-    assert set(catalogue) == {"mogrifier_rounds", "mogrifier_rank", "weight_drop", "ar_alpha", "tar_beta"}
+    assert set(catalogue) == {"mogrifier_rounds", "mogrifier_rank", "weight_drop", "ar_alpha", "tar_beta",
+                              "attention_heads", "rotary_positions", "context_length"}
     rounds, owners = catalogue["mogrifier_rounds"]
     assert owners == rounds.families == ("mogrifier", "mogrifier_rlstm", "mogrifier_gru")
     assert (rounds.kind, rounds.low, rounds.high, rounds.required) == ("int", 0, 6, True)

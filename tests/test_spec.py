@@ -46,7 +46,8 @@ def test_bad_choice_lists_the_allowed_values(tiny_spec):
 
 def test_unknown_family_is_refused(tiny_spec):
     issues, _ = issues_of(tiny_spec(families=["lstm", "elman"]))
-    assert ("'lstm', 'mogrifier', 'rlstm', 'mogrifier_rlstm', 'mlstm', 'awd_lstm', 'gru' or 'mogrifier_gru'"
+    assert ("'lstm', 'mogrifier', 'rlstm', 'mogrifier_rlstm', 'mlstm', 'awd_lstm', 'gru', 'mogrifier_gru' or "
+            "'transformer'"
             in issues["families.1"].message)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from lm_tuner.models import Hyperparameter, ModelConfig, family_names
+from lm_tuner.models import Hyperparameter, ModelConfig, family, family_names
 from lm_tuner.trainers import MarkovCorpusConfig, Schedule, TrainingConfig
 from lm_tuner.trainers.averaging import NTASGDConfig, TailAveragingConfig, TwoTailedAveragingConfig
 from lm_tuner.trainers.datasets import LocalDatasetConfig, RegisteredDatasetConfig, TextDatasetConfig
@@ -188,10 +188,13 @@ own `seed`, and every family trains on the same corpus."""
 def _hyperparameter_default(hyper: Hyperparameter) -> str:
     if hyper.required:
         return "none: fix or search it"
+    model_fields = {field.name: field.default for field in dataclasses.fields(ModelConfig)}
     if hyper.target == "training":
         value = TrainingConfig.model_fields[hyper.name].default
-    else:
-        value = {field.name: field.default for field in dataclasses.fields(ModelConfig)}[hyper.name]
+    elif hyper.name in model_fields:
+        value = model_fields[hyper.name]
+    else:  # a family's own option (ModelConfig.options): the default of the first family that declares it
+        value = next(family(name).defaults[hyper.name] for name in families_of(hyper))
     return f"`{str(value).lower()}`" if isinstance(value, bool) else f"`{value!r}`"
 
 
