@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from fastapi import APIRouter, HTTPException, status
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, HTTPException, Response, status
+from fastapi.responses import FileResponse, StreamingResponse
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized
 from lm_tuner.api.params import TrialId
@@ -15,7 +15,9 @@ from lm_tuner.api.schemas import (
     TrialDetailOut,
     TurnOut,
 )
+from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.analysis.study_frames import study_unit, trial_evaluations
+from lm_tuner.tuner.settings import ArtifactRoot
 from lm_tuner.tuner.store.documents import TrialOut
 from lm_tuner.tuner.store.storage import Storage
 
@@ -41,23 +43,29 @@ def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
 @router.get("/trials/{trial_id}/checkpoint", response_class=FileResponse, tags=["trials"], dependencies=[Reader],
             responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
                        403: {"description": "the stored path leaves the artifact store"}})
-def checkpoint(trial_id: TrialId, config: SettingsDep) -> FileResponse:
-    """The trial's best checkpoint, streamed (load it with `lm_tuner.trainers.load_checkpoint`)."""
+def checkpoint(trial_id: TrialId, config: SettingsDep) -> Response:
+    """The trial's best checkpoint, streamed from the artifact store, a folder or object storage (load it with
+    `lm_tuner.trainers.load_checkpoint`)."""
     found = Storage(config.storage_url).trial(trial_id)
     if found is None or found.checkpoint is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
-    path = _inside_artifacts(config.artifact_root, found.checkpoint.path)
-    return FileResponse(path, media_type="application/octet-stream",
-                        filename=f"{found.study}-{found.family}-{found.number}.pt",
-                        headers={"X-Checkpoint-SHA256": found.checkpoint.sha256})
+    location = _inside_artifacts(config.artifact_root, found.checkpoint.path)
+    filename = f"{found.study}-{found.family}-{found.number}.pt"
+    headers = {"X-Checkpoint-SHA256": found.checkpoint.sha256}
+    if isinstance(location, Path):
+        return FileResponse(location, media_type="application/octet-stream", filename=filename, headers=headers)
+    return StreamingResponse(artifact_store.chunks(location), media_type="application/octet-stream", headers={
+        **headers, "Content-Length": str(artifact_store.size(location)),
+        "Content-Disposition": f'attachment; filename="{filename}"'})
 
 
-def _inside_artifacts(root: Path, relative: str) -> Path:
-    """Resolve a stored path, refusing any that leads outside the artifact store."""
+def _inside_artifacts(root: ArtifactRoot, relative: str) -> ArtifactRoot:
+    """Resolve a stored path, refusing any that leads outside the artifact store (in object storage as on disk:
+    `..` is folded before the comparison)."""
     resolved_root = root.resolve()
     path = (resolved_root / relative).resolve()
     if not path.is_relative_to(resolved_root):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "checkpoint path leaves the artifact store")
-    if not path.is_file():
+    if not artifact_store.exists(path):
         raise HTTPException(status.HTTP_404_NOT_FOUND, "the checkpoint file is missing from the artifact store")
     return path

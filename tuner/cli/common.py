@@ -5,7 +5,6 @@ import contextlib
 import signal
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
@@ -36,9 +35,10 @@ StorageOption = Annotated[Optional[str], typer.Option(
          f"else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
 
 
-Artifacts = Annotated[Optional[Path], typer.Option(
-    "--artifacts", metavar="DIR",
-    help=f"where checkpoints are written [default: ${ARTIFACTS_VARIABLE}, else ${HOME_VARIABLE}/artifacts]")]
+Artifacts = Annotated[Optional[str], typer.Option(  # a string: a Path would turn s3://b/p into the folder s3:/b/p
+    "--artifacts", metavar="DIR|URL",
+    help=f"where checkpoints are written: a folder, or an object-store URL such as s3://bucket/prefix "
+         f"(docs/cluster.md) [default: ${ARTIFACTS_VARIABLE}, else ${HOME_VARIABLE}/artifacts]")]
 
 
 Address = Annotated[Optional[str], typer.Option(

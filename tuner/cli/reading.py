@@ -8,17 +8,21 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.cli.common import (
     Artifacts,
     JsonOutput,
     StorageOption,
     console,
+    fail,
     no_such_study,
     refuse,
     settings_for_reading,
 )
 from lm_tuner.tuner.cli.status_report import print_study
+from lm_tuner.tuner.settings import artifact_root
 from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store.views import TrialView
 
 __all__ = ["best", "compare", "export", "list_command", "print_study", "status"]
 
@@ -59,6 +63,10 @@ def best(
     name: Annotated[str, typer.Argument(help="study name")],
     storage: StorageOption = None,
     artifacts: Artifacts = None,
+    download: Annotated[Optional[Path], typer.Option(
+        "--download", metavar="DIR", help="copy each family's best checkpoint into DIR, from the artifact store "
+                                          "(a folder or object storage), checked against its recorded SHA-256")]
+    = None,
     json_output: JsonOutput = False,
 ) -> None:
     """The best complete trial of each family: value, hyperparameters, size and checkpoint (in the artifact store
@@ -69,17 +77,20 @@ def best(
     found = Storage(settings.storage_url).best_trials(name)
     if found is None:
         no_such_study(settings, name, 1)
+    root = artifact_root(artifacts) if artifacts else \
+        Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
+    copies = {family: _download(root / trial.checkpoint.path, trial, download)
+              for family, trial in found.items() if download and trial and trial.checkpoint}
     if json_output:
         print(json.dumps({family: TrialOut.of(trial).model_dump(mode="json") if trial else None
                           for family, trial in found.items()}, indent=2))
         return
-    root = artifacts or Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
     for family, trial in found.items():
         if trial is None:
             console.print(f"[bold]{family}[/bold]: no complete trial yet")
             continue
         checkpoint = root / trial.checkpoint.path if trial.checkpoint else "none"
-        if trial.checkpoint and not checkpoint.is_file():
+        if trial.checkpoint and not artifact_store.exists(checkpoint):
             checkpoint = f"{checkpoint} (missing: give the artifact store with --artifacts)"
         console.print(f"[bold]{family}[/bold] #{trial.number}: val ppl {trial.perplexity:.3f} "
                       f"(cross-entropy {trial.value:.4f} nats), {trial.parameter_count:,} parameters, "
@@ -87,6 +98,25 @@ def best(
         for key, value in trial.params.items():
             console.print(f"    {key} = {value}")
         console.print(f"    checkpoint {checkpoint}")
+        if family in copies:
+            console.print(f"    downloaded to {copies[family]}")
+
+
+def _download(checkpoint: artifact_store.Location, trial: TrialView, folder: Path) -> Path:
+    """Copy a trial's checkpoint into `folder` (named as the API names it), refusing bytes whose SHA-256 is not
+    the one recorded when it was written."""
+    if not artifact_store.exists(checkpoint):
+        fail(f"--download: no checkpoint at {checkpoint}; give the artifact store with --artifacts", 1)
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / f"{trial.study}-{trial.family}-{trial.number}.pt".replace("/", "-")
+    with copy.open("wb") as handle:
+        for chunk in artifact_store.chunks(checkpoint):
+            handle.write(chunk)
+    if artifact_store.sha256(copy) != trial.checkpoint.sha256:
+        copy.unlink()
+        fail(f"--download: {checkpoint} does not match the SHA-256 recorded for trial {trial.trial_id} "
+             f"(the file was replaced after the trial wrote it)", 1)
+    return copy
 
 
 def compare(

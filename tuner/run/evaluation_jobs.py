@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -49,7 +48,7 @@ def run_full_validation(spec_data: dict[str, Any], checkpoint: str, threads: int
     eval_batch_size and bptt), so that it stands in for the subset loss it was chosen by."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
-    model = load_checkpoint(Path(checkpoint), default_device()).model
+    model = load_checkpoint(checkpoint, default_device()).model
     schedule, valid = spec.training, load_corpus(spec.dataset).valid
     if schedule.search_temperature:
         return searched_streams_cross_entropy(model, streams(model, valid, schedule.eval_batch_size),
@@ -105,6 +104,6 @@ def _model_and_rms(checkpoint: str, dataset: Any, batch_size: int, bptt: int,
                    windows: int | None) -> tuple[Any, list[Tensor]]:
     """The checkpoint's model and its gradient RMS statistics, computed once per worker process (a
     stage-2 study runs many trials on one checkpoint)."""
-    model = load_checkpoint(Path(checkpoint), default_device()).model
+    model = load_checkpoint(checkpoint, default_device()).model
     rms = gradient_rms(model, load_corpus(dataset).train, batch_size=batch_size, bptt=bptt, max_windows=windows)
     return model, rms

@@ -8,7 +8,6 @@ missing, so a resumed study continues where it stopped.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -27,7 +26,7 @@ from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
 from lm_tuner.tuner.run.strategies import make_sampler
 from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
@@ -207,7 +206,7 @@ def _evaluation(url: str, trial_id: int, kind: str) -> EvaluationRecord | None:
                                                               EvaluationRecord.kind == kind))
 
 
-def _checkpoint(settings: Settings, spec: StudySpec, trial: TrialRecord) -> Path:
+def _checkpoint(settings: Settings, spec: StudySpec, trial: TrialRecord) -> ArtifactRoot:
     return settings.artifact_root / checkpoint_relative_path(spec.name, trial.family, trial.number,
                                                              stage=trial.stage)
 

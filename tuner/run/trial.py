@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
 from ray import tune
 
-from lm_tuner.trainers import Corpus, TrainingDiverged, TurnReport, load_corpus, sha256_of, train
+from lm_tuner.trainers import Corpus, TrainingDiverged, TurnReport, artifact_store, load_corpus, train
 from lm_tuner.trainers.heap import keep_freed_memory
 from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
 from lm_tuner.tuner.spec import StudySpec
@@ -37,7 +37,8 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
 
     `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id",
     "seed", "stage"};
-    `job` is fixed for the whole family study: the spec and the artifact root.
+    `job` is fixed for the whole family study: the spec and the artifact root (a folder, or an object-storage
+    URL the worker writes to directly).
     """
     spec = StudySpec.model_validate(job["spec"])
     family, number = config["family"], config["number"]
@@ -45,7 +46,7 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     corpus = load_corpus(spec.dataset)
     try:
         setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
-        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, Path(job["artifact_root"]))
+        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, job["artifact_root"])
     except (TrainingDiverged, ValueError) as error:
         # The configuration itself cannot be trained: report the reason instead of raising, so Ray
         # does not retry on another worker what no retry can fix (retries are for lost workers).
@@ -55,30 +56,34 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
 
 
 def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSetup, corpus: Corpus,
-           artifact_root: Path) -> None:
+           artifact_root: str) -> None:
     relative = checkpoint_relative_path(spec.name, family, number, stage=stage)
-    checkpoint = artifact_root / relative
-    latest = artifact_root / checkpoint_relative_path(spec.name, family, number, "latest", stage)
+    checkpoint = artifact_store.join(artifact_root, relative)
+    latest = artifact_store.join(artifact_root, checkpoint_relative_path(spec.name, family, number, "latest", stage))
 
     def report(turn: TurnReport) -> None:
         metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}
         if turn.improved:
             metrics |= {
                 "checkpoint_path": relative,
-                "checkpoint_sha256": sha256_of(checkpoint),
-                "checkpoint_bytes": checkpoint.stat().st_size,
+                "checkpoint_sha256": artifact_store.sha256(checkpoint),
+                "checkpoint_bytes": artifact_store.size(checkpoint),
             }
         tune.report(metrics)
 
-    train(
-        setup.model,
-        setup.training,
-        corpus,
-        checkpoint_path=checkpoint,
-        latest_checkpoint_path=latest,
-        # A trial restarted after its worker or node died continues where its last turn left it.
-        resume_from=latest if latest.is_file() else None,
-        metadata={"study": spec.name, "family": family, "trial_number": number,
-                  "dataset": spec.dataset.model_dump(mode="json")},
-        on_turn=report,
-    )
+    with ExitStack() as stack:
+        # A trial restarted after its worker or node died continues where its last turn left it, from a local
+        # copy of its latest checkpoint (downloaded first where the artifact store is object storage).
+        resume_from = stack.enter_context(artifact_store.local_copy(latest)) if artifact_store.exists(latest) \
+            else None
+        train(
+            setup.model,
+            setup.training,
+            corpus,
+            checkpoint_path=checkpoint,
+            latest_checkpoint_path=latest,
+            resume_from=resume_from,
+            metadata={"study": spec.name, "family": family, "trial_number": number,
+                      "dataset": spec.dataset.model_dump(mode="json")},
+            on_turn=report,
+        )

@@ -13,6 +13,7 @@ from typing import Literal
 
 import optuna
 
+from lm_tuner.tuner.settings import ArtifactRoot
 from lm_tuner.tuner.store import engine, lifecycle
 from lm_tuner.tuner.store import studies as study_queries
 from lm_tuner.tuner.store import tokens as token_table
@@ -60,7 +61,7 @@ class Storage:
     def best_trials(self, name: str) -> dict[str, TrialView | None] | None:
         return study_queries.best_trials(self.url, name)
 
-    def artifact_root(self, name: str) -> Path | None:
+    def artifact_root(self, name: str) -> ArtifactRoot | None:
         return study_queries.study_artifact_root(self.url, name)
 
     def cancel(self, name: str) -> str:

@@ -8,10 +8,10 @@ page.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
 from sqlalchemy import Select, bindparam, func, select
 
+from lm_tuner.tuner.settings import ArtifactRoot, artifact_root
 from lm_tuner.tuner.store.engine import reading, retried_on_disconnect, sessions
 from lm_tuner.tuner.store.progress import (
     StudyProgress,
@@ -76,11 +76,12 @@ def study_exists(url: str, name: str) -> bool:
         return session.scalar(select(StudyRecord.id).where(StudyRecord.name == name)) is not None
 
 
-def study_artifact_root(url: str, name: str) -> Path | None:
-    """The artifact store the study's checkpoints were written to, as the process that ran it recorded it."""
+def study_artifact_root(url: str, name: str) -> ArtifactRoot | None:
+    """The artifact store the study's checkpoints were written to (a folder, or an object-storage URL), as the
+    process that ran it recorded it."""
     with sessions(url)() as session:
         root = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
-    return None if root is None else Path(root)
+    return None if root is None else artifact_root(root)
 
 
 @retried_on_disconnect

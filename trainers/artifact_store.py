@@ -1,0 +1,119 @@
+"""Files in the artifact store, where it is a local folder or object storage (s3://bucket/prefix, or any other
+fsspec URL): write atomically, test, size, hash, read and stream them by location.
+
+A location is a local path, or a string holding a URL with a scheme (s3://, gs://, memory://, ...); file://
+URLs are local paths. Object storage is reached through fsspec (s3fs for s3://), with credentials and endpoint
+from the usual environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for an
+S3-compatible server such as MinIO), which botocore reads itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+Location = Path | str  # a local path, or a URL such as s3://bucket/key
+CHUNK_BYTES = 1 << 20
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(location: Location) -> bool:
+    """Whether `location` is in object storage (a URL other than file://) rather than on this machine's disk."""
+    return isinstance(location, str) and bool(_SCHEME.match(location)) and not location.startswith("file://")
+
+
+def local_path(location: Location) -> Path:
+    """The local path a location names (a path, a path as text, or a file:// URL); not for object storage."""
+    if is_url(location):
+        raise ValueError(f"location: {location!r} is in object storage, not a local path")
+    text = str(location)
+    return Path(urlsplit(text).path) if text.startswith("file://") else Path(text)
+
+
+def join(root: Location, relative: str) -> Location:
+    """`relative` (a /-separated path) inside the folder or prefix `root`."""
+    return f"{str(root).rstrip('/')}/{relative}" if is_url(root) else local_path(root) / relative
+
+
+def exists(location: Location) -> bool:
+    """Whether a file (an object) is at `location`."""
+    if not is_url(location):
+        return local_path(location).is_file()
+    store, key = _store(location)
+    store.invalidate_cache(key)  # another process (a Ray worker) may have written it since this one last looked
+    return store.isfile(key)
+
+
+def size(location: Location) -> int:
+    if not is_url(location):
+        return local_path(location).stat().st_size
+    store, key = _store(location)
+    store.invalidate_cache(key)
+    return int(store.size(key))
+
+
+def sha256(location: Location) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks(location):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def chunks(location: Location, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes, `chunk_bytes` at a time (for hashing and streaming without holding it whole)."""
+    opened = local_path(location).open("rb") if not is_url(location) else _open_object(location)
+    with opened as handle:
+        yield from iter(lambda: handle.read(chunk_bytes), b"")
+
+
+def write_atomically(location: Location, write: Callable[[Path], None]) -> None:
+    """Call `write` with a local temporary path, then put what it wrote at `location` in one step, so that a
+    process killed at any moment leaves the old file or the new one, never half of one: on disk a rename, in
+    object storage a single upload of the finished file (an object appears only once its upload completes)."""
+    if not is_url(location):
+        path = local_path(location)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        write(temporary)
+        os.replace(temporary, path)
+        return
+    store, key = _store(location)
+    with tempfile.TemporaryDirectory(prefix="lm-tuner-upload-") as folder:
+        temporary = Path(folder) / Path(key).name
+        write(temporary)
+        store.put_file(str(temporary), key)
+    store.invalidate_cache(key)
+
+
+@contextmanager
+def local_copy(location: Location) -> Iterator[Path]:
+    """A local path holding the file: the file itself on disk, a temporary download of an object (removed on
+    exit)."""
+    if not is_url(location):
+        yield local_path(location)
+        return
+    store, key = _store(location)
+    with tempfile.TemporaryDirectory(prefix="lm-tuner-download-") as folder:
+        copy = Path(folder) / Path(key).name
+        store.get_file(key, str(copy))
+        yield copy
+
+
+def _open_object(location: str) -> Any:
+    store, key = _store(location)
+    return store.open(key, "rb")
+
+
+def _store(location: str) -> tuple[Any, str]:
+    """The fsspec filesystem serving the URL, and the object's path in it."""
+    import fsspec  # imported on first use: a local artifact store never needs it
+
+    store, key = fsspec.core.url_to_fs(location)
+    return store, key
