@@ -9,6 +9,7 @@ import typer
 from lm_tuner.tuner.cli import manage, reading, running
 from lm_tuner.tuner.cli.auth import auth_app, token_app
 from lm_tuner.tuner.cli.common import options, print_error
+from lm_tuner.tuner.cli.curves import curves
 from lm_tuner.tuner.cli.data import data_app
 from lm_tuner.tuner.cli.plan import plan
 from lm_tuner.tuner.cli.serve import serve
@@ -46,7 +47,8 @@ def _global_options(
 for command in (plan, running.launch, running.resume, reading.status):
     app.command()(command)
 app.command("list")(reading.list_command)
-for command in (reading.best, reading.compare, running.sensitivity, reading.export, manage.cancel, manage.delete):
+for command in (reading.best, reading.compare, curves, running.sensitivity, reading.export, manage.cancel,
+                manage.delete):
     app.command()(command)
 app.add_typer(manage.db_app, name="db")
 app.add_typer(manage.kernels_app, name="kernels")
