@@ -10,10 +10,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from lm_tuner.api import pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials
+from lm_tuner.api import pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials, validation
 from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
+from lm_tuner.api.tuning_curves import router as tuning_curves_router
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store.storage import Storage
 
@@ -32,10 +33,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(submission.router)
     app.include_router(plan.router)
+    app.include_router(validation.router)
     app.include_router(trials.router)
     app.include_router(spaces.router)
     app.include_router(plots.router)
     app.include_router(sensitivity.router)
+    app.include_router(tuning_curves_router)
     app.include_router(pages.router)
     app.include_router(sign_in.router)
     app.add_exception_handler(SignInRequired, sign_in.send_to_sign_in)

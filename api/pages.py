@@ -7,11 +7,11 @@ from dataclasses import asdict
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from optuna.distributions import CategoricalDistribution
 
-from lm_tuner.api.deps import Reader, SettingsDep, study_or_404
+from lm_tuner.api.deps import SESSION_COOKIE, Reader, SettingsDep, study_or_404
 from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
 from lm_tuner.tuner.analysis.comparison import comparison
@@ -19,6 +19,7 @@ from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_e
 from lm_tuner.tuner.run.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.shipped import shipped_spaces
 from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.documents import StudyOut, TrialOut
@@ -56,6 +57,14 @@ def studies_fragment(config: SettingsDep, status_filter: Annotated[StatusFilter,
                      family: Annotated[str | None, text_query(32)] = None,
                      q: Annotated[str | None, text_query(64)] = None, offset: Offset = 0) -> str:
     return render("_studies.html", **_studies(config, status_filter or None, family or None, q or None, offset))
+
+
+@router.get("/dashboard/studies/new", **Html)  # before /dashboard/studies/{name}; specs refuse the name "new"
+def new_study(request: Request, config: SettingsDep, space: Annotated[str, text_query(100)] = "quickstart") -> str:
+    """A YAML editor prefilled from a shipped space, checked as it is typed; plan it, then submit it."""
+    storage = Storage(config.storage_url)
+    may_write = not storage.auth_enabled() or storage.token_is_valid(request.cookies.get(SESSION_COOKIE) or "")
+    return render("new_study.html", spaces=shipped_spaces(), space=space, may_write=may_write, refresh_ms=0)
 
 
 @router.get("/dashboard/studies/{name}", **Html)

@@ -1,4 +1,4 @@
-"""REST endpoints of studies: list, detail, cancel, delete, their trials, Pareto front and comparison."""
+"""REST endpoints of studies: list, detail, cancel, resume, delete, their trials, Pareto front and comparison."""
 
 from __future__ import annotations
 
@@ -79,6 +79,20 @@ def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
     """Cancel a queued study at once, or a running one within seconds (its running trials stop)."""
     try:
         return StatusOut(name=name, status=Storage(config.storage_url).cancel(name))
+    except KeyError as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
+    except StudyStateError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+
+
+@router.post("/studies/{name}/resume", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
+             tags=["studies"], dependencies=[Writer],
+             responses={**NotFound, **Unauthorized, 409: {"description": "the study is queued, running or complete"}})
+def resume(name: StudyName, config: SettingsDep) -> StatusOut:
+    """Put a failed or cancelled study back in the queue; the server's worker continues it as `tuner resume`
+    would (finished trials are kept, interrupted ones run again)."""
+    try:
+        return StatusOut(name=name, status=Storage(config.storage_url).resume(name))
     except KeyError as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
     except StudyStateError as error:

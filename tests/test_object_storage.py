@@ -21,6 +21,7 @@ from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.settings import ObjectStoreUrl, Settings, artifact_root
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.schema import CheckpointRecord, EvaluationRecord, TrialRecord, TurnRecord
+from lm_tuner.tuner.store.storage import Storage
 from tests.conftest import TINY_SPEC, serve_app
 from tests.test_fault_tolerance import free_port, wait_for
 
@@ -157,6 +158,11 @@ def test_a_study_on_object_storage_resumes_a_killed_trial_and_serves_its_checkpo
             with sessions(url).begin() as session:
                 session.get(CheckpointRecord, trial.trial_id).path = path
             assert client.get(f"/trials/{trial.trial_id}/checkpoint").status_code == refused, path
+
+    # Deleting the study removes its objects, and nothing else in the bucket.
+    Storage(url).delete("tiny", artifact_root(ROOT))
+    assert not s3_server.exists(f"{BUCKET}/artifacts/tiny/lstm/trial-00000/best.pt")
+    assert s3_server.cat(f"{BUCKET}/secret.txt") == b"not yours"
 
 
 def _tuner(*arguments: str, home: Path, output: IO[str] | int = subprocess.PIPE) -> subprocess.Popen:

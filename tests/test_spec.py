@@ -44,6 +44,12 @@ def test_bad_choice_lists_the_allowed_values(tiny_spec):
     assert "cmaes" in issues["tuning.sampler"].message
 
 
+def test_the_name_of_the_new_study_page_is_refused(tiny_spec):
+    issues, _ = issues_of(tiny_spec(name="new"))
+    assert "reserved" in issues["name"].message and "/dashboard/studies/new" in issues["name"].message
+    assert parse_spec(tiny_spec(name="newer")).name == "newer"
+
+
 def test_unknown_family_is_refused(tiny_spec):
     issues, _ = issues_of(tiny_spec(families=["lstm", "elman"]))
     assert ("'lstm', 'mogrifier', 'rlstm', 'mogrifier_rlstm', 'mlstm', 'awd_lstm', 'gru', 'mogrifier_gru' or "

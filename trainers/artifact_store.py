@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,6 +105,16 @@ def local_copy(location: Location) -> Iterator[Path]:
         copy = Path(folder) / Path(key).name
         store.get_file(key, str(copy))
         yield copy
+
+
+def remove_tree(location: Location) -> None:
+    """Remove a folder and everything in it, or every object under a URL prefix; nothing there is not an error."""
+    if not is_url(location):
+        shutil.rmtree(local_path(location), ignore_errors=True)
+        return
+    store, key = _store(str(location))
+    if store.exists(key):
+        store.rm(key, recursive=True)
 
 
 def _open_object(location: str) -> Any:

@@ -18,6 +18,7 @@ from lm_tuner.trainers import MC_MULTIPLIERS, DatasetConfig, Schedule
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+RESERVED_NAMES = ("new",)  # /dashboard/studies/new is the page that starts a study
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -172,6 +173,14 @@ class StudySpec(_Strict):
     evaluation: Evaluation | None = Field(None, description="the test protocol on the final checkpoints")
     dynamic_evaluation: DynamicEvaluationStage | None = Field(None, description="stage 2; needs evaluation")
     resources: Resources = Field(Resources(), description="see its section")
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name in RESERVED_NAMES:
+            raise ValueError(f"{name!r} is reserved (the dashboard's page /dashboard/studies/new starts studies); "
+                             f"choose another name")
+        return name
 
     @field_validator("families")
     @classmethod

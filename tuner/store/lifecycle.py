@@ -1,18 +1,18 @@
-"""Changing a study's life: cancel it, delete it with its artifacts."""
+"""Changing a study's life: cancel it, put it back in the queue, delete it with its artifacts."""
 
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import optuna
 from sqlalchemy import delete, exists, select
 
+from lm_tuner.trainers import artifact_store
+from lm_tuner.tuner.settings import ArtifactRoot
 from lm_tuner.tuner.spec.space import optuna_study_name
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialCountRecord, TrialRecord, TurnRecord, utcnow
 
 CANCELLED_REASON = "cancelled by the user"
+RESUMABLE = ("failed", "cancelled")
 
 
 class StudyStateError(RuntimeError):
@@ -39,12 +39,29 @@ def cancel_study(url: str, name: str) -> str:
         return record.status
 
 
+def resume_study(url: str, name: str) -> str:
+    """Put a failed or cancelled study back in the queue: the next worker continues it as `tuner resume` would
+    (its interrupted trials run again, finished ones are kept). Returns the new status, "queued".
+
+    Raises KeyError for an unknown study and StudyStateError for one that is queued, running or complete.
+    """
+    with sessions(url).begin() as session:
+        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name).with_for_update())
+        if record is None:
+            raise KeyError(name)
+        if record.status not in RESUMABLE:
+            raise StudyStateError(f"study {name!r} is {record.status}; only {' or '.join(RESUMABLE)} studies can be "
+                                  f"resumed")
+        record.status, record.controller, record.finished_at, record.error = "queued", None, None, None
+        return record.status
+
+
 def cancel_requested(url: str, name: str) -> bool:
     with sessions(url)() as session:
         return session.scalar(select(StudyRecord.status).where(StudyRecord.name == name)) == "cancelling"
 
 
-def delete_study(url: str, name: str, artifact_root: Path) -> None:
+def delete_study(url: str, name: str, artifact_root: ArtifactRoot) -> None:
     """Remove a study, its trials (Optuna's and ours), learning curves, checkpoints and artifact folder."""
     with sessions(url)() as session:
         record = session.scalar(select(StudyRecord).where(StudyRecord.name == name))
@@ -67,10 +84,10 @@ def delete_study(url: str, name: str, artifact_root: Path) -> None:
         session.execute(delete(StudyRecord).where(StudyRecord.name == name))
     folder = (artifact_root / name).resolve()
     if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
-        shutil.rmtree(folder, ignore_errors=True)
+        artifact_store.remove_tree(folder)
 
 
-def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: Path) -> bool:
+def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: ArtifactRoot) -> bool:
     """Delete study `name` if it ended (failed or cancelled) before any trial ran and `spec` differs from its
     own, so that a corrected spec can be launched under the same name. Returns whether it did."""
     with sessions(url)() as session:

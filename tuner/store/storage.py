@@ -67,6 +67,9 @@ class Storage:
     def cancel(self, name: str) -> str:
         return lifecycle.cancel_study(self.url, name)
 
+    def resume(self, name: str) -> str:
+        return lifecycle.resume_study(self.url, name)
+
     def delete(self, name: str, artifact_root: Path) -> None:
         lifecycle.delete_study(self.url, name, artifact_root)
 

@@ -1,0 +1,63 @@
+"""Checking a spec over REST without creating anything: `POST /studies/validate` answers what POST /studies would
+(a 422 listing every problem, each at its line, in the words of the CLI; a taken name among them), but stores
+nothing. The dashboard's editor asks it as the user types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized
+from lm_tuner.api.schemas import SpecErrorsOut
+from lm_tuner.api.submission import SPEC_BODY, parsed_spec, read_limited, spec_errors
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue
+from lm_tuner.tuner.spec.feasibility import submission_issues
+from lm_tuner.tuner.spec.issues import line_of
+from lm_tuner.tuner.spec.yaml_loader import load_document
+from lm_tuner.tuner.store.storage import Storage
+
+router = APIRouter()
+SOURCE = "request body"
+
+
+class ValidSpecOut(BaseModel):
+    name: str = Field(description="the study the spec declares; POST /studies would queue it")
+
+
+@router.post(
+    "/studies/validate",
+    response_model=ValidSpecOut,
+    tags=["studies"],
+    dependencies=[Reader],
+    responses={422: {"model": SpecErrorsOut, "description": "every problem POST /studies would refuse the spec for, "
+                                                         "a taken name among them; `line` is the document's, 1-based"},
+               413: {"description": "body too large"}, **Unauthorized},
+    openapi_extra=SPEC_BODY,
+)
+async def validate(request: Request, config: SettingsDep) -> Any:
+    """Check a study spec (the document POST /studies takes) as POST /studies would; nothing is stored."""
+    body = await read_limited(request, MAX_SPEC_BYTES)
+    try:
+        name = await run_in_threadpool(_checked_name, config, body)
+    except SpecError as error:
+        return spec_errors(error)
+    return ValidSpecOut(name=name)
+
+
+def _checked_name(config: Settings, body: bytes) -> str:
+    """The name of the study the body declares, or SpecError with every problem placed at its line."""
+    spec, document = parsed_spec(body, SOURCE)
+    lines = load_document(document)[1]  # parse_spec has read it: it loads
+    issues = [SpecIssue(i.field, i.message, i.line or line_of(tuple(i.field.split(".")), lines))
+              for i in submission_issues(spec)]
+    if Storage(config.storage_url).study_exists(spec.name):  # the 409 of POST /studies, in its words
+        issues.append(SpecIssue("name", f"a study named {spec.name!r} already exists; choose another name",
+                                lines.get(("name",))))
+    if issues:
+        raise SpecError(issues, SOURCE)
+    return spec.name
+
