@@ -1,10 +1,12 @@
 """Training throughput of our recurrent families against torch.nn.LSTM (oneDNN on CPU, cuDNN on GPU).
 
-Every model is a word-level language model with the same embedding, tied softmax and shapes
-(V=10000, E=H=512, 2 layers, batch 32, BPTT 35; Mogrifier r=5, k=40); only the recurrent layers
-differ. One training step is forward, cross-entropy and backward (the optimizer update, the same for
-every model, is left out). Models take turns within each round, so machine load hits them alike;
-ratios are taken within a round and the median over rounds is reported.
+Every model is a language model with the same embedding, tied softmax and shapes (E=H=512, 2 layers;
+Mogrifier r=5, k=40); only the recurrent layers differ. Two setups: word level (V=10000, batch 32,
+BPTT 35; the result file's top-level keys) and character level (V=205, batch 128, BPTT 150, the
+PTB-char setting; under "character_level", skipped with --word-only). One training step is forward,
+cross-entropy and backward (the optimizer update, the same for every model, is left out). Models take
+turns within each round, so machine load hits them alike; ratios are taken within a round and the
+median over rounds is reported.
 
 Achieved FLOP/s counts matrix multiplies only: 2 FLOPs per weight applied per token in the forward
 pass, times 3 for forward plus backward. Element-wise work (gates, mogrifier scaling) is not counted,
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,17 @@ from lm_tuner.models import LanguageModel, ModelConfig
 from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.trainers.heap import keep_freed_memory
 
-VOCAB, HIDDEN, LAYERS, BATCH, BPTT, ROUNDS, RANK = 10_000, 512, 2, 32, 35, 5, 40
+HIDDEN, LAYERS, ROUNDS, RANK = 512, 2, 5, 40
+
+
+@dataclass(frozen=True)
+class Setup:
+    vocab_size: int
+    batch: int
+    bptt: int
+
+
+WORD, CHARACTER = Setup(vocab_size=10_000, batch=32, bptt=35), Setup(vocab_size=205, batch=128, bptt=150)
 FAMILY_FIELDS = {
     "lstm": {},
     "mogrifier": dict(mogrifier_rounds=ROUNDS, mogrifier_rank=RANK),
@@ -46,18 +59,19 @@ FAMILY_FIELDS = {
 }
 
 
-def config_for(family: str) -> ModelConfig:
-    return ModelConfig(vocab_size=VOCAB, hidden_size=HIDDEN, family=family, num_layers=LAYERS, **FAMILY_FIELDS[family])
+def config_for(family: str, vocab_size: int = WORD.vocab_size) -> ModelConfig:
+    return ModelConfig(vocab_size=vocab_size, hidden_size=HIDDEN, family=family, num_layers=LAYERS,
+                       **FAMILY_FIELDS[family])
 
 
 class TorchLSTMLanguageModel(nn.Module):
     """The reference: the same embedding and tied softmax around torch.nn.LSTM."""
 
-    def __init__(self) -> None:
+    def __init__(self, vocab_size: int = WORD.vocab_size) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(VOCAB, HIDDEN)
+        self.embedding = nn.Embedding(vocab_size, HIDDEN)
         self.lstm = nn.LSTM(HIDDEN, HIDDEN, LAYERS)
-        self.output_bias = nn.Parameter(torch.zeros(VOCAB))
+        self.output_bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, tokens: Tensor) -> Tensor:
         outputs, _ = self.lstm(self.embedding(tokens))
@@ -65,9 +79,9 @@ class TorchLSTMLanguageModel(nn.Module):
 
 
 class OurLanguageModel(nn.Module):
-    def __init__(self, family: str, fast: bool = True) -> None:
+    def __init__(self, family: str, fast: bool = True, vocab_size: int = WORD.vocab_size) -> None:
         super().__init__()
-        self.model = LanguageModel(config_for(family))
+        self.model = LanguageModel(config_for(family, vocab_size))
         for layer in self.model.layers:
             layer.fast = fast
 
@@ -81,13 +95,14 @@ def matmul_flops_per_token(model: nn.Module) -> int:
         recurrent = sum(p.numel() for name, p in model.lstm.named_parameters() if name.startswith("weight"))
     else:
         recurrent = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, nn.Linear))
-    return 2 * (recurrent + VOCAB * HIDDEN)
+    embedding = model.embedding if isinstance(model, TorchLSTMLanguageModel) else model.model.embedding
+    return 2 * (recurrent + embedding.weight.numel())  # the tied softmax applies the embedding's weights
 
 
 def training_step(model: nn.Module, tokens: Tensor, targets: Tensor) -> Callable[[], None]:
     def step() -> None:
         logits = model(tokens)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)) * BPTT
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.reshape(-1)) * len(tokens)
         model.zero_grad(set_to_none=True)
         loss.backward()
     return step
@@ -141,8 +156,8 @@ def time_in_turns(steps: dict[str, Callable[[], None]], rounds: int, device: tor
     return seconds
 
 
-def summarise(seconds: dict[str, list[float]], flops: dict[str, int], reference: str) -> dict[str, dict]:
-    tokens = BATCH * BPTT
+def summarise(seconds: dict[str, list[float]], flops: dict[str, int], reference: str, tokens: int
+              ) -> dict[str, dict]:
     reference_best = flops[reference] / min(seconds[reference])
     rows = {}
     for name, times in seconds.items():
@@ -171,9 +186,9 @@ def measure_warmup(family: str, device: str, threads: int, precision: str) -> di
         "sys.path.insert(0, '.')\n"
         f"torch.set_num_threads({threads})\n"
         f"torch.set_float32_matmul_precision('{precision}')\n"
-        "from benchmarks.cell_throughput import OurLanguageModel, training_step, synchronize, VOCAB, BPTT, BATCH\n"
+        "from benchmarks.cell_throughput import OurLanguageModel, training_step, synchronize, WORD\n"
         f"device = torch.device('{device}')\n"
-        "tokens = torch.randint(VOCAB, (BPTT, BATCH), device=device)\n"
+        "tokens = torch.randint(WORD.vocab_size, (WORD.bptt, WORD.batch), device=device)\n"
         "result = {}\n"
         "for run in ('cold', 'warm'):\n"
         f"    model = OurLanguageModel('{family}').to(device)\n"
@@ -232,6 +247,34 @@ def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
     return machine
 
 
+REFERENCE = "torch.nn.LSTM"
+
+
+def measure_setup(setup: Setup, device: torch.device, rounds: int, clock: Callable[[], float]
+                  ) -> dict[str, dict]:
+    """Whole language models, then the recurrent layers alone, each against torch.nn.LSTM in the same rounds."""
+    models: dict[str, nn.Module] = {REFERENCE: TorchLSTMLanguageModel(setup.vocab_size)}
+    models |= {family: OurLanguageModel(family, vocab_size=setup.vocab_size) for family in FAMILY_FIELDS}
+    models["mogrifier (reference path: autograd through a per-step loop)"] = OurLanguageModel(
+        "mogrifier", fast=False, vocab_size=setup.vocab_size)
+    tokens = torch.randint(setup.vocab_size, (setup.bptt, setup.batch), device=device)
+    targets = torch.randint(setup.vocab_size, (setup.bptt, setup.batch), device=device)
+    steps = {name: training_step(model.to(device), tokens, targets) for name, model in models.items()}
+    per_step = setup.batch * setup.bptt
+    flops = {name: 3 * per_step * matmul_flops_per_token(model) for name, model in models.items()}
+    language_models = summarise(time_in_turns(steps, rounds, device, clock), flops, REFERENCE, per_step)
+
+    torch_lstm = nn.LSTM(HIDDEN, HIDDEN, LAYERS).to(device)
+    stacks: dict[str, Callable[[Tensor], Tensor]] = {REFERENCE: lambda x: torch_lstm(x)[0]}
+    stacks |= {family: our_recurrent_stack(family, device) for family in FAMILY_FIELDS}
+    inputs = torch.randn(setup.bptt, setup.batch, HIDDEN, device=device, requires_grad=True)
+    grad = torch.randn(setup.bptt, setup.batch, HIDDEN, device=device)
+    recurrent_flops = {name: flops[name] - 3 * per_step * 2 * setup.vocab_size * HIDDEN for name in stacks}
+    recurrent_steps = {name: recurrent_step(stack, inputs, grad) for name, stack in stacks.items()}
+    recurrent = summarise(time_in_turns(recurrent_steps, rounds, device, clock), recurrent_flops, REFERENCE, per_step)
+    return {"language_models": language_models, "recurrent_layers_only": recurrent}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -243,6 +286,8 @@ def main() -> None:
                         help="torch.set_float32_matmul_precision for every model: 'high' lets float32 matrix "
                              "multiplies use TF32 on GPUs, as cuDNN's LSTM does by default "
                              "(torch.backends.cudnn.allow_tf32); CPUs ignore it")
+    parser.add_argument("--char-rounds", type=int, default=5, help="timed steps per model at the character level")
+    parser.add_argument("--word-only", action="store_true", help="skip the character-level setup")
     parser.add_argument("--output", type=Path, help="write the JSON result here (also printed)")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -252,25 +297,8 @@ def main() -> None:
     torch.manual_seed(0)
     load_before = os.getloadavg()
 
-    reference = "torch.nn.LSTM"
-    models: dict[str, nn.Module] = {reference: TorchLSTMLanguageModel()}
-    models |= {family: OurLanguageModel(family) for family in FAMILY_FIELDS}
-    models["mogrifier (reference path: autograd through a per-step loop)"] = OurLanguageModel("mogrifier", fast=False)
-    tokens = torch.randint(VOCAB, (BPTT, BATCH), device=device)
-    targets = torch.randint(VOCAB, (BPTT, BATCH), device=device)
-    steps = {name: training_step(model.to(device), tokens, targets) for name, model in models.items()}
-    flops = {name: 3 * BATCH * BPTT * matmul_flops_per_token(model) for name, model in models.items()}
-    clock = CLOCKS[args.clock]
-    language_models = summarise(time_in_turns(steps, args.rounds, device, clock), flops, reference)
-
-    torch_lstm = nn.LSTM(HIDDEN, HIDDEN, LAYERS).to(device)
-    stacks: dict[str, Callable[[Tensor], Tensor]] = {reference: lambda x: torch_lstm(x)[0]}
-    stacks |= {family: our_recurrent_stack(family, device) for family in FAMILY_FIELDS}
-    inputs = torch.randn(BPTT, BATCH, HIDDEN, device=device, requires_grad=True)
-    grad = torch.randn(BPTT, BATCH, HIDDEN, device=device)
-    recurrent_flops = {name: flops[name] - 3 * BATCH * BPTT * 2 * VOCAB * HIDDEN for name in stacks}
-    recurrent_steps = {name: recurrent_step(stack, inputs, grad) for name, stack in stacks.items()}
-    recurrent = summarise(time_in_turns(recurrent_steps, args.rounds, device, clock), recurrent_flops, reference)
+    word = measure_setup(WORD, device, args.rounds, CLOCKS[args.clock])
+    character = None if args.word_only else measure_setup(CHARACTER, device, args.char_rounds, CLOCKS[args.clock])
 
     result = {
         "benchmark": "cell_throughput",
@@ -279,21 +307,22 @@ def main() -> None:
                                                               "load_average_after": os.getloadavg(),
                                                               "freed_memory_kept": heap_kept},
         "setup": {
-            "vocab_size": VOCAB, "embedding_size": HIDDEN, "hidden_size": HIDDEN, "layers": LAYERS, "batch": BATCH,
-            "bptt": BPTT, "mogrifier_rounds": ROUNDS, "mogrifier_rank": RANK, "rounds": args.rounds,
-            "clock": args.clock, "float32_matmul_precision": args.float32_matmul_precision,
+            "vocab_size": WORD.vocab_size, "embedding_size": HIDDEN, "hidden_size": HIDDEN, "layers": LAYERS,
+            "batch": WORD.batch, "bptt": WORD.bptt, "mogrifier_rounds": ROUNDS, "mogrifier_rank": RANK,
+            "rounds": args.rounds, "clock": args.clock, "float32_matmul_precision": args.float32_matmul_precision,
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
             "step": "forward + cross-entropy + backward of the whole language model (no optimizer update)",
             "flops": "matrix multiplies only: 2 per weight applied per token, x3 for forward + backward",
             "efficiency_vs_reference": "achieved FLOP/s / torch.nn.LSTM's, per round, median over rounds",
         },
-        "reference": reference + (" (cuDNN)" if device.type == "cuda" else " (oneDNN)"),
-        "mogrifier_efficiency_ratio": language_models["mogrifier"]["efficiency_vs_reference"],
-        "language_models": language_models,
-        "recurrent_layers_only": recurrent,
+        "reference": REFERENCE + (" (cuDNN)" if device.type == "cuda" else " (oneDNN)"),
+        "mogrifier_efficiency_ratio": word["language_models"]["mogrifier"]["efficiency_vs_reference"],
+        **word,
         "fast_path_warmup": measure_warmup("mogrifier", args.device, args.threads, args.float32_matmul_precision)
         | {"compilation": WARMUP_NOTE[device.type]},
     }
+    if character is not None:
+        result["character_level"] = {"setup": asdict(CHARACTER) | {"rounds": args.char_rounds}, **character}
     emit_json(result, args.output)
 
 

@@ -1,7 +1,8 @@
 """The C++ kernels for CPUs (models/csrc/cpu_kernels.cpp): built on first use, cached on disk.
 
 They serve the fast path's float32 and float64 CPU tensors: all rounds of a low-rank mogrifier step
-in one call (models/mogrifier_window.py), and the LSTM's element-wise update (models/lstm_update.py).
+in one call (models/mogrifier_window.py), the LSTM's element-wise update (models/lstm_update.py), and
+the whole window of an LSTM, mogrifier LSTM or mLSTM layer, forward and backward (models/lstm_window.py).
 
 `torch.utils.cpp_extension.load` compiles them with the machine's C++ compiler and ninja (a dependency
 of this package), about 20 s on 2 cores, into `<TORCH_EXTENSIONS_DIR>/lm_tuner/<key>/`, where

@@ -6,8 +6,10 @@ default, is one autograd node per layer and window: the forward loop runs withou
 and the backward loop applies each cell's hand-derived gradient, then computes every weight
 gradient as a single matrix multiply over the window (see models/tape.py). All rounds of a low-rank
 mogrifier step run in one call each way (models/mogrifier_window.py): a Triton kernel on a GPU, a C++
-kernel on a CPU. On a GPU the LSTM update is one Triton kernel too (models/lstm_kernels.py). Both
-kinds are compiled on first use and cached on disk (models/cpu_kernels.py, Triton's own cache).
+kernel on a CPU. On a GPU the LSTM update is one Triton kernel too (models/lstm_kernels.py); on a CPU
+the whole window of an LSTM (plain or behind that C++ mogrifier) or an mLSTM is one C++ call each way
+(models/lstm_window.py). Both kinds are compiled on first use and cached on disk (models/cpu_kernels.py,
+Triton's own cache).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from lm_tuner.models import cpu_kernels, lstm_window
 from lm_tuner.models.cells import CELLS
 from lm_tuner.models.config import ModelConfig
 from lm_tuner.models.mogrifier import Mogrifier
@@ -73,8 +76,10 @@ class RecurrentLayer(nn.Module):
         return [t for m in self.modules() if isinstance(m, nn.Linear) for t in (m.weight, m.bias) if t is not None]
 
     def run(self, linear: Linear, inputs: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
-            ) -> tuple[Tensor, State, tuple[MogrifierWindow | None, list[Cache]]]:
+            ) -> tuple[Tensor, State, tuple[MogrifierWindow | None, list[Cache]] | lstm_window.WindowCache]:
         mogrify = None if self.mogrifier is None else mogrifier_window(self.mogrifier, linear, inputs, state_mask)
+        if (kernels := lstm_window.window_kernels(self.cell, mogrify, linear, inputs)) is not None:
+            return lstm_window.forward(kernels, linear, self.cell, mogrify, inputs, h, c, state_mask)
         x_part = linear(self.cell.input, inputs) if mogrify is None else None  # stateless: whole window
         outputs, caches = [], []
         for t in range(inputs.shape[0]):
@@ -88,9 +93,13 @@ class RecurrentLayer(nn.Module):
             caches.append(cell_cache)
         return torch.stack(outputs), (h, c), (mogrify, caches)
 
-    def run_backward(self, tape: Tape, caches: tuple[MogrifierWindow | None, list[Cache]], d_outputs: Tensor,
-                     dh: Tensor, dc: Tensor, state_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def run_backward(self, tape: Tape, caches: tuple[MogrifierWindow | None, list[Cache]] | lstm_window.WindowCache,
+                     d_outputs: Tensor, dh: Tensor, dc: Tensor, state_mask: Tensor | None
+                     ) -> tuple[Tensor, Tensor, Tensor]:
         """Gradients of (inputs, h0, c0) given those of the outputs and of the last state."""
+        if isinstance(caches, lstm_window.WindowCache):
+            kernels = cpu_kernels.cpu_extension()
+            return lstm_window.backward(kernels, tape, self.cell, caches, d_outputs, dh, dc, state_mask)
         mogrify, cell_caches = caches
         d_x_parts, d_inputs = [], []
         for t in reversed(range(len(cell_caches))):
@@ -102,8 +111,9 @@ class RecurrentLayer(nn.Module):
                 d_inputs.append(dx)
             if state_mask is not None:
                 dh = dh * state_mask
-        if mogrify is None:
-            return tape.backward(self.cell.input, tape.stack(d_x_parts[::-1])), dh, dc
+        if mogrify is None:  # a window of one step stacks to that step's (batch, features): give it its time axis
+            d_inputs = tape.backward(self.cell.input, tape.stack(d_x_parts[::-1]))
+            return d_inputs.reshape(*d_outputs.shape[:2], d_inputs.shape[-1]), dh, dc
         mogrify.finish_backward(tape)
         return torch.stack(d_inputs[::-1]), dh, dc
 

@@ -55,6 +55,18 @@ def _uses_onednn(inputs: Tensor, weight: Tensor) -> bool:
             and weight.numel() >= _ONEDNN_MIN_WEIGHT and inputs.numel() >= _ONEDNN_MIN_ROWS * inputs.shape[-1])
 
 
+def _packed(inputs: Tensor, weight: Tensor) -> Tensor | None:
+    """`weight` reordered into oneDNN's blocked layout for `inputs`' rows, where oneDNN takes the product.
+
+    A layer applies each recurrent weight once per step to a few rows. Unpacked, oneDNN reorders the weight
+    on every call; packed once per window, the per-step product of a (32, 512) input with a (2048, 512)
+    weight took 0.61 ms instead of 0.72 ms forward and 0.66 instead of 0.73 backward (Zen 4, 1 thread).
+    """
+    if not _uses_onednn(inputs, weight):
+        return None
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), inputs.shape[0])
+
+
 class Linear(Protocol):
     def __call__(self, module: nn.Linear, inputs: Tensor) -> Tensor: ...
 
@@ -81,6 +93,8 @@ class Tape:
         self._inputs: dict[nn.Linear, list[Tensor]] = {}
         self._grads: dict[nn.Linear, list[Tensor]] = {}
         self._stacks: dict[tuple[int, ...], Tensor] = {}
+        self._per_step: dict[tuple[nn.Linear, bool], Tensor | None] = {}
+        self._used_once: set[tuple[nn.Linear, bool]] = set()
 
     def __call__(self, module: nn.Linear, inputs: Tensor) -> Tensor:
         weights = self._weights.get(module)
@@ -88,7 +102,38 @@ class Tape:
             weights = self._weights[module] = (module.weight, module.bias)
         if self.record:
             self._inputs.setdefault(module, []).append(inputs)
+        if inputs.dim() == 2 and (packed := self._per_step_weight(module, False, inputs, weights[0])) is not None:
+            return torch.ops.mkldnn._linear_pointwise(inputs, packed, weights[1], "none", [], "")
         return fast_linear(inputs, *weights)
+
+    def _per_step_weight(self, module: nn.Linear, transposed: bool, inputs: Tensor, weight: Tensor) -> Tensor | None:
+        """The packed weight (or its transpose) for a per-step product, packed on its second use in the window.
+
+        The first use only marks the module: packing costs about as much as one product, so it pays from
+        the second step on and would not in a window of one step (generation, say)."""
+        key = (module, transposed)
+        if key in self._per_step:
+            return self._per_step[key]
+        if key not in self._used_once:
+            self._used_once.add(key)
+            return None
+        packed = self._per_step[key] = _packed(inputs, weight.detach().t().contiguous() if transposed else weight)
+        return packed
+
+    def weights(self, module: nn.Linear) -> tuple[Tensor, Tensor | None]:
+        """`module`'s (weight, bias) as this window's forward pass saw them (detached), for a caller that runs
+        a whole window's steps itself (models/lstm_window.py): a weight swapped in by `functional_call` (the
+        AWD-LSTM's weight drop) is gone from the module by the time the backward pass runs."""
+        weight, bias = self._weights.setdefault(module, (module.weight, module.bias))
+        return weight.detach(), None if bias is None else bias.detach()
+
+    def packed_weight(self, module: nn.Linear, rows: Tensor, transposed: bool = False) -> Tensor | None:
+        """`module`'s weight (or its transpose) packed for oneDNN products with inputs like `rows`, for a caller
+        that runs a whole window's steps itself; None where oneDNN does not take them."""
+        weight = self.weights(module)[0]
+        if transposed and (_MKL_FOR_GRADIENTS or not _uses_onednn(rows, weight)):
+            return None
+        return _packed(rows, weight.t().contiguous() if transposed else weight)
 
     def add_inputs(self, module: nn.Linear, inputs: Tensor) -> None:
         """Record what `module` saw over the whole window (time, batch, features), applied elsewhere."""
@@ -112,6 +157,9 @@ class Tape:
         weight = self._weights[module][0].detach()
         if grad_outputs.device.type == "cpu" and (_MKL_FOR_GRADIENTS or not _uses_onednn(grad_outputs, weight)):
             return grad_outputs @ weight  # MKL, or too few rows to pay for oneDNN's transposed copy
+        packed = self._per_step_weight(module, True, grad_outputs, weight) if grad_outputs.dim() == 2 else None
+        if packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(grad_outputs, packed, None, "none", [], "")
         transposed = self._transposed.get(module)
         if transposed is None:  # oneDNN is much faster with a contiguous right operand
             transposed = self._transposed[module] = weight.t().contiguous()
@@ -127,11 +175,15 @@ class Tape:
     def parameter_grads(self, parameters: Iterable[Tensor]) -> list[Tensor | None]:
         """The gradient of each of `parameters` summed over the window (None for one never used)."""
         grads: dict[Tensor, Tensor] = {}
+        transposed: dict[tuple, Tensor] = {}  # an LSTM's gate gradients feed two weights
         for module, (weight, bias) in self._weights.items():
             inputs, grad_outputs = self.stack(self._inputs[module]), self.stack(self._grads[module][::-1])
             inputs, grad_outputs = inputs.reshape(-1, inputs.shape[-1]), grad_outputs.reshape(-1, weight.shape[0])
             if _uses_onednn(inputs, weight) and not _MKL_FOR_GRADIENTS:  # copies both operands, still faster
-                grads[weight] = fast_linear(grad_outputs.t(), inputs.t())
+                key = (grad_outputs.data_ptr(), grad_outputs.shape, grad_outputs.stride())
+                if key not in transposed:  # copied once: 2.7 ms for (1120, 2048) on Zen 4
+                    transposed[key] = grad_outputs.t().contiguous()
+                grads[weight] = fast_linear(transposed[key], inputs.t())
             else:
                 grads[weight] = grad_outputs.t() @ inputs
             if bias is not None:

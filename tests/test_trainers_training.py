@@ -227,7 +227,8 @@ def resume_setup():
 
 
 def comparable(report) -> dict:
-    clocks = ("wall_seconds", "process_seconds", "tokens_per_second", "train_seconds", "eval_seconds")
+    clocks = ("wall_seconds", "process_seconds", "tokens_per_second", "train_seconds", "eval_seconds",
+              "checkpoint_seconds", "setup_seconds")
     return asdict(report) | dict.fromkeys(clocks)
 
 

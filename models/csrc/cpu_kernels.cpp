@@ -1,5 +1,6 @@
 // The fast path's CPU kernels: all rounds of a mogrifier step in one call, and the LSTM's element-wise
-// update, forward and backward, with the batch rows split among torch's threads.
+// update, forward and backward, with the batch rows split among torch's threads; and loops over a whole
+// window (an LSTM, a mogrifier LSTM, an mLSTM) that call them and the recurrent products step by step.
 //
 // Every batch row is mogrified independently, so each thread takes a slice of the rows through every
 // round with single-threaded matrix multiplies: one fork per step instead of one per operation, no
@@ -10,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/python.h>
 
 #include <vector>
@@ -154,6 +156,135 @@ std::vector<at::Tensor> lstm_update_backward(const at::Tensor& sigmoids_in, cons
   return {d_gates, dc_prev};
 }
 
+// h @ W^T (+ bias) for the LSTM's window loops: through oneDNN (torch.ops.mkldnn._linear_pointwise) with `weight`
+// packed by models/tape.py, else `weight` is a plain (out, in) matrix for at::mm.
+at::Tensor recurrent_product(const at::Tensor& inputs, const at::Tensor& weight, bool onednn,
+                             const c10::optional<at::Tensor>& bias = c10::nullopt) {
+  if (!onednn) return bias.has_value() ? at::addmm(*bias, inputs, weight.t()) : at::mm(inputs, weight.t());
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{inputs, weight, bias.has_value() ? c10::IValue(*bias) : c10::IValue(),
+                                 std::string("none"), c10::List<c10::optional<at::Scalar>>(),
+                                 c10::optional<std::string>("")};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// The LSTM over a whole window (models/lstm_window.py): per step, h times the state mask, its product with the
+// recurrent weight, and the update above, with no Python between steps. x_part (T, B, 4H) holds the input side
+// of every step (one matrix multiply over the window, made by the caller). Returns the outputs, the masked h
+// each step's product read, c before each step and after the last (T + 1 of them), and the update's caches.
+std::vector<at::Tensor> lstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, const at::Tensor& c0,
+                                            const at::Tensor& weight, bool onednn,
+                                            const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = x_part.size(0);
+  std::vector<at::Tensor> outputs, h_seen, cells{c0}, sigmoids, j, i_used, tanh_c;
+  at::Tensor h = h0;
+  for (int64_t t = 0; t < steps; ++t) {
+    h_seen.push_back(mask.has_value() ? h * *mask : h);
+    const at::Tensor h_term = recurrent_product(h_seen.back(), weight, onednn);
+    std::vector<at::Tensor> step = lstm_update(x_part.select(0, t), h_term, cells.back(), cap_input_gate);
+    h = step[0];
+    outputs.push_back(h);
+    cells.push_back(step[1]);
+    sigmoids.push_back(step[2]);
+    j.push_back(step[3]);
+    i_used.push_back(step[4]);
+    tanh_c.push_back(step[5]);
+  }
+  return {at::stack(outputs), at::stack(h_seen), at::stack(cells), at::stack(sigmoids), at::stack(j),
+          at::stack(i_used), at::stack(tanh_c)};
+}
+
+// Its backward through time: the gate pre-activation gradients of every step (T, B, 4H) and those of h0 and c0,
+// given those of the outputs and of the last (h, c). `weight_t` is the recurrent weight's transpose, packed
+// for oneDNN, else the plain (4H, H) weight for at::mm.
+std::vector<at::Tensor> lstm_window_backward(const at::Tensor& d_outputs, const at::Tensor& dh_last,
+                                             const at::Tensor& dc_last, const at::Tensor& cells,
+                                             const at::Tensor& sigmoids, const at::Tensor& j,
+                                             const at::Tensor& i_used, const at::Tensor& tanh_c,
+                                             const at::Tensor& weight_t, bool onednn,
+                                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = d_outputs.size(0);
+  std::vector<at::Tensor> d_gates(steps);
+  at::Tensor dh = dh_last, dc = dc_last;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
+                                                        cells.select(0, t), tanh_c.select(0, t),
+                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
+    d_gates[t] = step[0];
+    dc = step[1];
+    dh = onednn ? recurrent_product(step[0], weight_t, true) : at::mm(step[0], weight_t);
+    if (mask.has_value()) dh = dh * *mask;
+  }
+  return {at::stack(d_gates), dh, dc};
+}
+
+// The mLSTM's window (Krause, eq. 3.5-3.9; models.cells.MLSTMCell): per step m = (W_mx x) * (W_mh h), the gates'
+// product with m and the update. x_part (T, B, 5H) holds every step's input side: the gates' (4H), then W_mx x.
+// Returns the outputs, the masked h and the m each step's products read, W_mh h, c before each step and after
+// the last, and the update's caches.
+std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, const at::Tensor& c0,
+                                             const at::Tensor& hidden_factor, const at::Tensor& weight,
+                                             const at::Tensor& bias, bool onednn,
+                                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = x_part.size(0), hidden = h0.size(1);
+  std::vector<at::Tensor> outputs, h_seen, factor_h, m, cells{c0}, sigmoids, j, i_used, tanh_c;
+  at::Tensor h = h0;
+  for (int64_t t = 0; t < steps; ++t) {
+    const at::Tensor x_t = x_part.select(0, t);
+    h_seen.push_back(mask.has_value() ? h * *mask : h);
+    factor_h.push_back(recurrent_product(h_seen.back(), hidden_factor, onednn));
+    m.push_back(x_t.narrow(1, 4 * hidden, hidden) * factor_h.back());
+    const at::Tensor h_term = recurrent_product(m.back(), weight, onednn, bias);
+    std::vector<at::Tensor> step = lstm_update(x_t.narrow(1, 0, 4 * hidden), h_term, cells.back(), cap_input_gate);
+    h = step[0];
+    outputs.push_back(h);
+    cells.push_back(step[1]);
+    sigmoids.push_back(step[2]);
+    j.push_back(step[3]);
+    i_used.push_back(step[4]);
+    tanh_c.push_back(step[5]);
+  }
+  return {at::stack(outputs), at::stack(h_seen), at::stack(m), at::stack(factor_h), at::stack(cells),
+          at::stack(sigmoids), at::stack(j), at::stack(i_used), at::stack(tanh_c)};
+}
+
+// Its backward through time: the gradients of x_part (T, B, 5H), of the gates' pre-activations (T, B, 4H), of
+// W_mh h (times W_mx x: what W_mh's gradient reads), of h0 and of c0.
+std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const at::Tensor& dh_last,
+                                              const at::Tensor& dc_last, const at::Tensor& x_part,
+                                              const at::Tensor& factor_h, const at::Tensor& cells,
+                                              const at::Tensor& sigmoids, const at::Tensor& j,
+                                              const at::Tensor& i_used, const at::Tensor& tanh_c,
+                                              const at::Tensor& hidden_factor_t, const at::Tensor& weight_t,
+                                              bool onednn, const c10::optional<at::Tensor>& mask,
+                                              bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
+  std::vector<at::Tensor> d_gates(steps), d_factor_x(steps), d_factor_h(steps);
+  at::Tensor dh = dh_last, dc = dc_last;
+  auto product = [&](const at::Tensor& grads, const at::Tensor& w) {
+    return onednn ? recurrent_product(grads, w, true) : at::mm(grads, w);
+  };
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
+                                                        cells.select(0, t), tanh_c.select(0, t),
+                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
+    d_gates[t] = step[0];
+    dc = step[1];
+    const at::Tensor d_m = product(step[0], weight_t);
+    d_factor_x[t] = d_m * factor_h.select(0, t);
+    d_factor_h[t] = d_m * x_part.select(0, t).narrow(1, 4 * hidden, hidden);
+    dh = product(d_factor_h[t], hidden_factor_t);
+    if (mask.has_value()) dh = dh * *mask;
+  }
+  const at::Tensor gates = at::stack(d_gates);
+  return {at::cat({gates, at::stack(d_factor_x)}, 2), gates, at::stack(d_factor_h), dh, dc};
+}
+
 class MogrifierWindow {
  public:
   MogrifierWindow(Tensors values, Tensors gates, at::Tensor z, Tensors lefts, Tensors rights, Tensors biases,
@@ -224,6 +355,66 @@ class MogrifierWindow {
   Tensors lefts_t_, rights_t_;
 };
 
+// A mogrifier LSTM's window (models/lstm_window.py): per step, the mogrifier's rounds (`mogrifier`, which keeps
+// the mogrified x and h of every step in its blocks `x_values` and `h_values`), the two products and the update.
+// Returns the outputs, c before each step and after the last, and the update's caches.
+std::vector<at::Tensor> mogrifier_lstm_window_forward(MogrifierWindow& mogrifier, const at::Tensor& x_values,
+                                                      const at::Tensor& h_values, const at::Tensor& h0,
+                                                      const at::Tensor& c0, const at::Tensor& input_weight,
+                                                      const at::Tensor& input_bias, const at::Tensor& weight,
+                                                      bool onednn, const c10::optional<at::Tensor>& mask,
+                                                      bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = x_values.size(0);
+  std::vector<at::Tensor> outputs, cells{c0}, sigmoids, j, i_used, tanh_c;
+  at::Tensor h = h0.contiguous();
+  for (int64_t t = 0; t < steps; ++t) {
+    mogrifier.forward(t, h, mask);
+    const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
+    const at::Tensor h_term = recurrent_product(h_values.select(0, t), weight, onednn);
+    std::vector<at::Tensor> step = lstm_update(x_term, h_term, cells.back(), cap_input_gate);
+    h = step[0];
+    outputs.push_back(h);
+    cells.push_back(step[1]);
+    sigmoids.push_back(step[2]);
+    j.push_back(step[3]);
+    i_used.push_back(step[4]);
+    tanh_c.push_back(step[5]);
+  }
+  return {at::stack(outputs), at::stack(cells), at::stack(sigmoids), at::stack(j), at::stack(i_used),
+          at::stack(tanh_c)};
+}
+
+// Its backward through time: the gate pre-activation gradients of every step (T, B, 4H), those of the inputs
+// (T, B, E), h0 and c0. The weights are transposed and packed for oneDNN, else the plain ones for at::mm.
+std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifier, const at::Tensor& d_outputs,
+                                                       const at::Tensor& dh_last, const at::Tensor& dc_last,
+                                                       const at::Tensor& cells, const at::Tensor& sigmoids,
+                                                       const at::Tensor& j, const at::Tensor& i_used,
+                                                       const at::Tensor& tanh_c, const at::Tensor& input_weight_t,
+                                                       const at::Tensor& weight_t, bool onednn,
+                                                       const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = d_outputs.size(0);
+  std::vector<at::Tensor> d_gates(steps), d_inputs(steps);
+  at::Tensor dh = dh_last, dc = dc_last;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
+                                                        cells.select(0, t), tanh_c.select(0, t),
+                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
+    d_gates[t] = step[0];
+    dc = step[1];
+    at::Tensor dx = onednn ? recurrent_product(step[0], input_weight_t, true) : at::mm(step[0], input_weight_t);
+    dh = onednn ? recurrent_product(step[0], weight_t, true) : at::mm(step[0], weight_t);
+    dx = dx.contiguous();
+    dh = dh.contiguous();
+    mogrifier.backward(t, dx, dh);
+    d_inputs[t] = dx;
+    if (mask.has_value()) dh = dh * *mask;
+  }
+  return {at::stack(d_gates), at::stack(d_inputs), dh, dc};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -233,4 +424,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def("backward", &MogrifierWindow::backward);
   module.def("lstm_update", &lstm_update);
   module.def("lstm_update_backward", &lstm_update_backward);
+  module.def("lstm_window_forward", &lstm_window_forward);
+  module.def("lstm_window_backward", &lstm_window_backward);
+  module.def("mogrifier_lstm_window_forward", &mogrifier_lstm_window_forward);
+  module.def("mlstm_window_forward", &mlstm_window_forward);
+  module.def("mlstm_window_backward", &mlstm_window_backward);
+  module.def("mogrifier_lstm_window_backward", &mogrifier_lstm_window_backward);
 }
