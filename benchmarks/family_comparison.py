@@ -29,8 +29,12 @@ from typing import Any
 import yaml
 
 from benchmarks.real_corpus import family_results, tuner
+from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
 FAMILIES = ("lstm", "mogrifier", "rlstm", "gru", "transformer")
+FIXED = {"num_layers": 2, "input_embedding_ratio": 1.0, "tie_embeddings": True, "mogrifier_rounds": 5,
+         "mogrifier_rank": 40, "attention_heads": 4, "rotary_positions": True, "context_length": 35}
+"""Held fixed for the families they apply to (a study refuses a fixed value that applies to none of its families)."""
 
 
 def study_name(families: tuple[str, ...]) -> str:
@@ -48,8 +52,8 @@ def study_spec(data: Path, trial_seconds: float, trials: int, families: tuple[st
         "training": {"budget_seconds": trial_seconds, "clock": "wall", "steps_per_turn": 100, "batch_size": 32,
                      "bptt": 35, "eval_batch_size": 32, "validation_tokens": 10_000,
                      "averaging": {"kind": "2ta"}},
-        "fixed": {"num_layers": 2, "input_embedding_ratio": 1.0, "tie_embeddings": True, "mogrifier_rounds": 5,
-                  "mogrifier_rank": 40, "attention_heads": 4, "rotary_positions": True, "context_length": 35},
+        "fixed": {name: value for name, value in FIXED.items() if any(HYPERPARAMETERS[name].applies_to(family)
+                                                                      for family in families)},
         "search_space": {
             "learning_rate": {"low": 0.001, "high": 0.006, "log": True},
             "input_dropout": {"low": 0.0, "high": 0.5},

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -60,7 +60,7 @@ def trial_accounts(database: Path, study: str) -> list[dict]:
     accounts = []
     for trial_id, number, optuna_study, begun, ended, state in rows:
         life = (_moment(ended) - _moment(begun)).total_seconds()
-        seconds = dict(zip(STAGES, (value or 0.0 for value in parts.get(trial_id, (0.0,) * 4))))
+        seconds = dict(zip(STAGES, (value or 0.0 for value in parts.get(trial_id, (0.0,) * 4)), strict=True))
         accounts.append({"study": optuna_study, "number": number, "state": state, "life_seconds": life, **seconds,
                          "other_in_trial": life - sum(seconds.values())})
     return accounts
@@ -107,7 +107,7 @@ def main() -> None:
         accounts = trial_accounts(home / "tuner.db", space["name"])
     result = {
         "benchmark": "study_efficiency",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "space": str(args.space),
