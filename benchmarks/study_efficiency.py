@@ -20,7 +20,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,16 +38,16 @@ TURN_SECONDS = text("""
 STAGES = ("training", "evaluating", "checkpointing", "set_up")
 
 
-def run_study(space: Path, home: Path) -> float:
-    """Launch the study in `home`; returns its wall-clock seconds."""
+def run_study(space: Path, home: Path) -> tuple[datetime, datetime]:
+    """Launch the study in `home`; returns when the command started and ended (local time, as Optuna records)."""
     environment = {**os.environ, "LM_TUNER_HOME": str(home), "COLUMNS": "160"}
-    started = time.perf_counter()
+    started = datetime.now()
     launch = subprocess.run([sys.executable, "-m", "lm_tuner.tuner", "launch", "--space", str(space)],
                             env=environment, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
+    ended = datetime.now()
     if launch.returncode != 0:
         raise RuntimeError(f"tuner launch failed ({launch.returncode}):\n{launch.stderr[-3000:]}")
-    return seconds
+    return started, ended
 
 
 def trial_accounts(database: Path, study: str) -> list[dict]:
@@ -62,7 +61,8 @@ def trial_accounts(database: Path, study: str) -> list[dict]:
         life = (_moment(ended) - _moment(begun)).total_seconds()
         seconds = dict(zip(STAGES, (value or 0.0 for value in parts.get(trial_id, (0.0,) * 4)), strict=True))
         accounts.append({"study": optuna_study, "number": number, "state": state, "life_seconds": life, **seconds,
-                         "other_in_trial": life - sum(seconds.values())})
+                         "other_in_trial": life - sum(seconds.values()), "began": _moment(begun),
+                         "ended": _moment(ended)})
     return accounts
 
 
@@ -70,8 +70,14 @@ def _moment(value: str | datetime) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-def study_account(accounts: list[dict], wall_seconds: float, cores: int) -> dict:
+def study_account(accounts: list[dict], started: datetime, ended: datetime, cores: int) -> dict:
+    """The study's core-seconds by part. Outside its trials: before the first began (the command starting, Ray,
+    the corpus), after the last ended (the stages after tuning, the summary), and between (cores left idle while
+    the sampler proposed, Ray started a trial, or no trial was left to run beside the last ones)."""
+    wall_seconds = (ended - started).total_seconds()
     core_seconds = wall_seconds * cores
+    before = (min(account["began"] for account in accounts) - started).total_seconds()
+    after = (ended - max(account["ended"] for account in accounts)).total_seconds()
     totals = {part: sum(account[part] for account in accounts) for part in (*STAGES, "other_in_trial")}
     lives = sum(account["life_seconds"] for account in accounts)
     return {
@@ -80,7 +86,10 @@ def study_account(accounts: list[dict], wall_seconds: float, cores: int) -> dict
         "core_seconds": core_seconds,
         "trials": len(accounts),
         **{f"{part}_seconds": value for part, value in totals.items()},
-        "outside_trials_core_seconds": core_seconds - lives,  # waiting, launching, stages after tuning
+        "outside_trials_core_seconds": core_seconds - lives,
+        "before_first_trial_seconds": before,
+        "after_last_trial_seconds": after,
+        "idle_between_trials_core_seconds": core_seconds - lives - (before + after) * cores,
         "shares_of_core_seconds": {part: value / core_seconds for part, value in totals.items()}
         | {"outside_trials": (core_seconds - lives) / core_seconds},
         "training_share": totals["training"] / core_seconds,
@@ -103,7 +112,7 @@ def main() -> None:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="study-efficiency-") as folder:
         home = Path(folder) / "home"
-        wall = run_study(args.space, home)
+        started, ended = run_study(args.space, home)
         accounts = trial_accounts(home / "tuner.db", space["name"])
     result = {
         "benchmark": "study_efficiency",
@@ -111,8 +120,8 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "space": str(args.space),
-        "study": study_account(accounts, wall, cores_used(space)),
-        "trials": accounts,
+        "study": study_account(accounts, started, ended, cores_used(space)),
+        "trials": [{**account, "began": str(account["began"]), "ended": str(account["ended"])} for account in accounts],
     }
     text_out = json.dumps(result, indent=2)
     print(text_out)
