@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.real_corpus import family_results, tuner
+from benchmarks.real_corpus import family_results, tuner, write_result
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
 
 FAMILIES = ("lstm", "mogrifier", "rlstm", "gru", "transformer")
@@ -132,10 +132,7 @@ def main() -> None:
         "figures": [Path(path).name for path in figures],
         "launch_output_tail": launch.stdout[-3000:],
     }
-    arguments.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    for family, found in families.items():
-        print(f"{family}: best subset {found['best_subset_validation_perplexity']}, "
-              f"full {found['best_full_validation_perplexity']}, trials {len(found['trials'])}")
+    write_result(arguments.output, result)
     print(f"study {study_seconds:.0f} s; figures: {', '.join(figures)}")
 
 

@@ -83,6 +83,14 @@ def family_results(trials: list[dict[str, Any]], family: str) -> dict[str, Any]:
     }
 
 
+def write_result(output: Path, result: dict[str, Any]) -> None:
+    """The result as JSON, and each family's best perplexities printed."""
+    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    for family, found in result["families"].items():
+        print(f"{family}: best subset {found['best_subset_validation_perplexity']}, "
+              f"full {found['best_full_validation_perplexity']}, trials {len(found['trials'])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="a folder with the PTB word-level files")
@@ -119,10 +127,7 @@ def main() -> None:
         "families": families,
         "launch_output_tail": launch.stdout[-3000:],
     }
-    arguments.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    for family, found in families.items():
-        print(f"{family}: best subset {found['best_subset_validation_perplexity']}, "
-              f"full {found['best_full_validation_perplexity']}")
+    write_result(arguments.output, result)
     print(f"unigram {unigram}, evaluation share {result['evaluation_share']}, study {study_seconds:.0f} s")
 
 
