@@ -15,7 +15,7 @@ from ray.tune.search import Searcher
 from sqlalchemy import select
 
 from lm_tuner.models import cpu_kernels
-from lm_tuner.tuner.run import tuning
+from lm_tuner.tuner.run import cancellation, tuning
 from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.run.interleaving import FamilyScheduler, FamilyShare, InterleavedSearcher
 from lm_tuner.tuner.settings import Settings
@@ -209,7 +209,11 @@ def test_families_take_turns_in_shared_slots_after_the_kernels_are_ready(ray_clu
 
 @pytest.mark.slow
 def test_a_study_stopped_early_has_given_each_family_as_many_trials_give_or_take_the_slots(ray_cluster, sqlite_url,
-                                                                                         tiny_spec, tmp_path):
+                                                                                         tiny_spec, tmp_path,
+                                                                                         monkeypatch):
+    # The controller looks for a cancel every POLL_SECONDS; tiny trials are fast enough to finish all 20 in that
+    # time (a fresh-clone run did), so it looks at once here: the test is about the families' shares.
+    monkeypatch.setattr(cancellation, "POLL_SECONDS", 0.0)
     document = interleaved_spec(tiny_spec, 10)
     assert launch_study(parse_spec(document), document, Settings(sqlite_url, tmp_path / "artifacts"),
                         callbacks=[Recorder(sqlite_url, cancel_after=3)]) == "cancelled"
