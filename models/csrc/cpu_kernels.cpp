@@ -169,6 +169,25 @@ at::Tensor recurrent_product(const at::Tensor& inputs, const at::Tensor& weight,
   return stack[0].toTensor();
 }
 
+// What the window loops keep of every step's update: its output h, c after it (c0 first) and the update's caches
+// (models.cells.lstm_update's order), each stacked over the window at the end.
+struct UpdateRecord {
+  std::vector<at::Tensor> outputs, cells, sigmoids, j, i_used, tanh_c;
+
+  explicit UpdateRecord(const at::Tensor& c0) : cells{c0} {}
+
+  // Keeps one step's update (lstm_update's result) and returns its h.
+  const at::Tensor& add(const std::vector<at::Tensor>& step) {
+    outputs.push_back(step[0]);
+    cells.push_back(step[1]);
+    sigmoids.push_back(step[2]);
+    j.push_back(step[3]);
+    i_used.push_back(step[4]);
+    tanh_c.push_back(step[5]);
+    return outputs.back();
+  }
+};
+
 // The LSTM over a whole window (models/lstm_window.py): per step, h times the state mask, its product with the
 // recurrent weight, and the update above, with no Python between steps. x_part (T, B, 4H) holds the input side
 // of every step (one matrix multiply over the window, made by the caller). Returns the outputs, the masked h
@@ -178,22 +197,16 @@ std::vector<at::Tensor> lstm_window_forward(const at::Tensor& x_part, const at::
                                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0);
-  std::vector<at::Tensor> outputs, h_seen, cells{c0}, sigmoids, j, i_used, tanh_c;
+  std::vector<at::Tensor> h_seen;
+  UpdateRecord record(c0);
   at::Tensor h = h0;
   for (int64_t t = 0; t < steps; ++t) {
     h_seen.push_back(mask.has_value() ? h * *mask : h);
     const at::Tensor h_term = recurrent_product(h_seen.back(), weight, onednn);
-    std::vector<at::Tensor> step = lstm_update(x_part.select(0, t), h_term, cells.back(), cap_input_gate);
-    h = step[0];
-    outputs.push_back(h);
-    cells.push_back(step[1]);
-    sigmoids.push_back(step[2]);
-    j.push_back(step[3]);
-    i_used.push_back(step[4]);
-    tanh_c.push_back(step[5]);
+    h = record.add(lstm_update(x_part.select(0, t), h_term, record.cells.back(), cap_input_gate));
   }
-  return {at::stack(outputs), at::stack(h_seen), at::stack(cells), at::stack(sigmoids), at::stack(j),
-          at::stack(i_used), at::stack(tanh_c)};
+  return {at::stack(record.outputs), at::stack(h_seen), at::stack(record.cells), at::stack(record.sigmoids),
+          at::stack(record.j), at::stack(record.i_used), at::stack(record.tanh_c)};
 }
 
 // Its backward through time: the gate pre-activation gradients of every step (T, B, 4H) and those of h0 and c0,
@@ -231,7 +244,8 @@ std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at:
                                              const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0), hidden = h0.size(1);
-  std::vector<at::Tensor> outputs, h_seen, factor_h, m, cells{c0}, sigmoids, j, i_used, tanh_c;
+  std::vector<at::Tensor> h_seen, factor_h, m;
+  UpdateRecord record(c0);
   at::Tensor h = h0;
   for (int64_t t = 0; t < steps; ++t) {
     const at::Tensor x_t = x_part.select(0, t);
@@ -239,17 +253,11 @@ std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at:
     factor_h.push_back(recurrent_product(h_seen.back(), hidden_factor, onednn));
     m.push_back(x_t.narrow(1, 4 * hidden, hidden) * factor_h.back());
     const at::Tensor h_term = recurrent_product(m.back(), weight, onednn, bias);
-    std::vector<at::Tensor> step = lstm_update(x_t.narrow(1, 0, 4 * hidden), h_term, cells.back(), cap_input_gate);
-    h = step[0];
-    outputs.push_back(h);
-    cells.push_back(step[1]);
-    sigmoids.push_back(step[2]);
-    j.push_back(step[3]);
-    i_used.push_back(step[4]);
-    tanh_c.push_back(step[5]);
+    h = record.add(lstm_update(x_t.narrow(1, 0, 4 * hidden), h_term, record.cells.back(), cap_input_gate));
   }
-  return {at::stack(outputs), at::stack(h_seen), at::stack(m), at::stack(factor_h), at::stack(cells),
-          at::stack(sigmoids), at::stack(j), at::stack(i_used), at::stack(tanh_c)};
+  return {at::stack(record.outputs), at::stack(h_seen), at::stack(m), at::stack(factor_h),
+          at::stack(record.cells), at::stack(record.sigmoids), at::stack(record.j), at::stack(record.i_used),
+          at::stack(record.tanh_c)};
 }
 
 // Its backward through time: the gradients of x_part (T, B, 5H), of the gates' pre-activations (T, B, 4H), of
@@ -366,23 +374,16 @@ std::vector<at::Tensor> mogrifier_lstm_window_forward(MogrifierWindow& mogrifier
                                                       bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
-  std::vector<at::Tensor> outputs, cells{c0}, sigmoids, j, i_used, tanh_c;
+  UpdateRecord record(c0);
   at::Tensor h = h0.contiguous();
   for (int64_t t = 0; t < steps; ++t) {
     mogrifier.forward(t, h, mask);
     const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
     const at::Tensor h_term = recurrent_product(h_values.select(0, t), weight, onednn);
-    std::vector<at::Tensor> step = lstm_update(x_term, h_term, cells.back(), cap_input_gate);
-    h = step[0];
-    outputs.push_back(h);
-    cells.push_back(step[1]);
-    sigmoids.push_back(step[2]);
-    j.push_back(step[3]);
-    i_used.push_back(step[4]);
-    tanh_c.push_back(step[5]);
+    h = record.add(lstm_update(x_term, h_term, record.cells.back(), cap_input_gate));
   }
-  return {at::stack(outputs), at::stack(cells), at::stack(sigmoids), at::stack(j), at::stack(i_used),
-          at::stack(tanh_c)};
+  return {at::stack(record.outputs), at::stack(record.cells), at::stack(record.sigmoids), at::stack(record.j),
+          at::stack(record.i_used), at::stack(record.tanh_c)};
 }
 
 // Its backward through time: the gate pre-activation gradients of every step (T, B, 4H), those of the inputs
