@@ -19,7 +19,7 @@ from lm_tuner.models import ModelConfig, cells, cpu_kernels
 from lm_tuner.models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
 from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.models.tape import Tape, autograd_linear
-from tests.test_models_fast_path import layer_of, outputs_and_grads, window_of
+from tests.test_models_fast_path import counting_calls, layer_of, outputs_and_grads, window_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [  # family, rounds, rank, input size, hidden size, batch, masked, capped input gate
@@ -40,21 +40,12 @@ def _layer_and_window(family, rounds, rank, input_size, hidden, batch, masked, c
             window_of(5, batch, input_size, hidden, dtype, masked))
 
 
-def _counting_kernel_calls(monkeypatch) -> list[str]:
-    calls = []
-    for name in ("forward", "backward"):
-        original = getattr(CpuKernelWindow, name)
-        monkeypatch.setattr(CpuKernelWindow, name,
-                            lambda *args, name=name, original=original: (calls.append(name), original(*args))[1])
-    return calls
-
-
 @needs_kernel
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads, monkeypatch):
-    calls = _counting_kernel_calls(monkeypatch)
+    calls = counting_calls(monkeypatch, CpuKernelWindow)
     layer, window = _layer_and_window(*shape, dtype=dtype)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -71,7 +62,7 @@ def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads,
 
 @needs_kernel
 def test_evaluation_windows_take_the_kernel_and_match_the_recorded_forward(monkeypatch):
-    calls = _counting_kernel_calls(monkeypatch)
+    calls = counting_calls(monkeypatch, CpuKernelWindow)
     layer, (inputs, h, c, mask) = _layer_and_window(*SHAPES[1], dtype=torch.float32)  # an RLSTM: steps in Python
     with torch.no_grad():
         evaluated, (h_last, c_last) = layer(inputs, (h, c), mask)

@@ -52,6 +52,16 @@ def window_of(steps, batch, input_size, hidden, dtype, masked):
     return inputs, h, c, mask
 
 
+def counting_calls(monkeypatch, owner: object, names: tuple[str, ...] = ("forward", "backward")) -> list[str]:
+    """Wraps `owner`'s methods or functions `names` so that each call appends its name to the returned list."""
+    calls: list[str] = []
+    for name in names:
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name,
+                            lambda *args, name=name, original=original: (calls.append(name), original(*args))[1])
+    return calls
+
+
 def outputs_and_grads(layer, fast, inputs, h, c, mask):
     layer.fast = fast
     inputs, *state = (t.detach().requires_grad_() for t in (inputs, *state_of(layer, h, c)))

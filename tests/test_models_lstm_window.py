@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lm_tuner.models import cpu_kernels, lstm_window
-from tests.test_models_fast_path import layer_of, outputs_and_grads, window_of
+from tests.test_models_fast_path import counting_calls, layer_of, outputs_and_grads, window_of
 
 needs_kernel = pytest.mark.skipif(cpu_kernels.cpu_extension() is None,
                                   reason="the C++ kernels could not be built here (see the warning)")
@@ -26,21 +26,12 @@ CASES = [  # family, mogrifier rounds, rank, capped input gate, state mask, step
 IDS = [f"{c[0]}-r{c[1]}-cap{c[3]}-mask{c[4]}-t{c[5]}-b{c[6]}" for c in CASES]
 
 
-def _counting_windows(monkeypatch) -> list[str]:
-    calls = []
-    for name in ("forward", "backward"):
-        original = getattr(lstm_window, name)
-        monkeypatch.setattr(lstm_window, name,
-                            lambda *args, name=name, original=original: (calls.append(name), original(*args))[1])
-    return calls
-
-
 @needs_kernel
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("family", "rounds", "rank", "cap", "masked", "steps", "batch"), CASES, ids=IDS)
 def test_window_kernels_match_the_reference_path(family, rounds, rank, cap, masked, steps, batch, threads,
                                                  monkeypatch):
-    calls = _counting_windows(monkeypatch)
+    calls = counting_calls(monkeypatch, lstm_window)
     torch.manual_seed(0)
     layer = layer_of(family, rounds, rank, cap, input_size=7, hidden=9, dtype=torch.float64)
     window = window_of(steps, batch, 7, 9, torch.float64, masked)
@@ -65,7 +56,7 @@ def test_window_kernels_match_the_python_loop_in_single_precision(family, monkey
     rounds = 3 if family == "mogrifier" else 0
     layer = layer_of(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
     window = window_of(6, 8, 128, 128, torch.float32, masked=True)
-    calls = _counting_windows(monkeypatch)
+    calls = counting_calls(monkeypatch, lstm_window)
     in_cpp = outputs_and_grads(layer, True, *window)
     assert calls == ["forward", "backward"]
     monkeypatch.setattr(lstm_window, "window_kernels", lambda *args: None)
@@ -90,7 +81,7 @@ def test_evaluation_windows_match_the_recorded_forward(family):
 @needs_kernel
 @pytest.mark.parametrize("family", ["rlstm", "mogrifier_rlstm"])
 def test_other_cells_keep_the_python_loop(family, monkeypatch):
-    calls = _counting_windows(monkeypatch)
+    calls = counting_calls(monkeypatch, lstm_window)
     layer = layer_of(family, 2 if family.startswith("mogrifier") else 0, 3, True, input_size=7, hidden=9,
                      dtype=torch.float64)
     outputs_and_grads(layer, True, *window_of(3, 2, 7, 9, torch.float64, masked=False))
