@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lm_tuner.models import LanguageModel, ModelConfig
+from lm_tuner.models.cuda_graphs import run_layer
 from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.trainers.heap import keep_freed_memory
 
@@ -115,12 +116,13 @@ def recurrent_step(layers: Callable[[Tensor], Tensor], inputs: Tensor, grad: Ten
 
 
 def our_recurrent_stack(family: str, device: torch.device) -> Callable[[Tensor], Tensor]:
+    """The family's layers as training runs them: on a GPU each window replays a CUDA graph (models.cuda_graphs)."""
     layers = nn.ModuleList(RecurrentLayer(config_for(family), layer) for layer in range(LAYERS)).to(device)
 
     def run(inputs: Tensor) -> Tensor:
         zeros = inputs.new_zeros(inputs.shape[1], HIDDEN)
         for layer in layers:
-            inputs, _ = layer(inputs, (zeros, zeros))
+            inputs, _ = run_layer(layer, inputs, (zeros, zeros), None, use_graphs=True)
         return inputs
     return run
 
