@@ -123,22 +123,23 @@ def test_copy_writes_an_editable_copy_and_never_overwrites_unasked(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     shipped = (SPACES / "small" / "mogrifier_ptb.yaml").read_text()
     copied = tuner("spaces", "copy", "small/mogrifier_ptb")
-    assert copied.exit_code == 0 and "wrote mogrifier_ptb.yaml" in copied.stdout
-    assert (tmp_path / "mogrifier_ptb.yaml").read_text() == shipped
+    assert copied.exit_code == 0 and "wrote small_mogrifier_ptb.yaml" in copied.stdout
+    assert (tmp_path / "small_mogrifier_ptb.yaml").read_text() == shipped
+    assert not (tmp_path / "mogrifier_ptb.yaml").exists()  # `--space mogrifier_ptb` here still means the full space
 
-    (tmp_path / "mogrifier_ptb.yaml").write_text("edited")
+    (tmp_path / "small_mogrifier_ptb.yaml").write_text("edited")
     refused = tuner("spaces", "copy", "small/mogrifier_ptb")
     assert refused.exit_code == 1 and refused.stderr.count("\n") == 1 and "--force" in refused.stderr
-    assert (tmp_path / "mogrifier_ptb.yaml").read_text() == "edited"
+    assert (tmp_path / "small_mogrifier_ptb.yaml").read_text() == "edited"
     assert tuner("spaces", "copy", "small/mogrifier_ptb", "--force").exit_code == 0
-    assert (tmp_path / "mogrifier_ptb.yaml").read_text() == shipped
+    assert (tmp_path / "small_mogrifier_ptb.yaml").read_text() == shipped
 
 
 def test_copy_to_a_file_or_into_a_folder(tmp_path):
     assert tuner("spaces", "copy", "quickstart", str(tmp_path / "mine.yaml")).exit_code == 0
     assert (tmp_path / "mine.yaml").read_text() == (SPACES / "quickstart.yaml").read_text()
     assert tuner("spaces", "copy", "small/lstm_ptb", str(tmp_path)).exit_code == 0
-    assert (tmp_path / "lstm_ptb.yaml").read_text() == (SPACES / "small" / "lstm_ptb.yaml").read_text()
+    assert (tmp_path / "small_lstm_ptb.yaml").read_text() == (SPACES / "small" / "lstm_ptb.yaml").read_text()
     unwritable = tuner("spaces", "copy", "quickstart", str(tmp_path / "absent" / "mine.yaml"))
     assert unwritable.exit_code == 1 and "cannot write" in unwritable.stderr
 

@@ -56,7 +56,7 @@ def copy(
     name: SpaceName,
     destination: Annotated[Optional[Path], typer.Argument(
         metavar="DEST", help="the file to write, or a folder to write it into; default: ./NAME.yaml in the working "
-                             "directory (small/ dropped)")] = None,
+                             "directory (small/NAME: ./small_NAME.yaml)")] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite DEST if it exists")] = False,
 ) -> None:
     """Write an editable copy of a shipped space, then launch it with `tuner launch --space DEST`.

@@ -29,8 +29,9 @@ class ShippedSpace:
 
     @property
     def file_name(self) -> str:
-        """The name an editable copy gets: "mogrifier_ptb.yaml" for "small/mogrifier_ptb" too."""
-        return PurePosixPath(self.name).name + SUFFIX
+        """The name an editable copy gets: "mogrifier_ptb.yaml", and "small_mogrifier_ptb.yaml" for
+        "small/mogrifier_ptb" (a twin's copy named like the full space would be launched in its place by that name)."""
+        return "_".join(PurePosixPath(self.name).parts) + SUFFIX
 
 
 @dataclass(frozen=True)
