@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -98,6 +99,15 @@ def test_the_wheel_installs_lm_tuner_only_with_the_shipped_spaces(wheel):
     assert {path.split("/")[0] for path in recorded} == {"lm_tuner", dist_info}
     twins = {f"lm_tuner/spaces/small/{path.name}" for path in (ROOT / "spaces" / "small").glob("*.yaml")}
     assert twins and twins | {"lm_tuner/spaces/mogrifier_ptb.yaml"} <= recorded
+    assert f"{dist_info}/licenses/LICENSE" in recorded
+
+
+def test_the_sdist_carries_what_its_tests_and_docs_need(wheel):
+    sdist = next(wheel.parent.glob("*.tar.gz"))
+    with tarfile.open(sdist) as archive:
+        members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert {"LICENSE", "CHANGELOG.md", "docs/spec.md", "docs/methodology.md", "deploy", "benchmarks/cell_throughput.py",
+            "tests/test_deploy.py"} <= members
 
 
 def test_the_installed_package_is_imported_from_the_new_environment(installed):
