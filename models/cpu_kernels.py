@@ -2,7 +2,8 @@
 
 They serve the fast path's float32 and float64 CPU tensors: all rounds of a low-rank mogrifier step
 in one call (models/mogrifier_window.py), the LSTM's element-wise update (models/lstm_update.py), and
-the whole window of an LSTM, mogrifier LSTM or mLSTM layer, forward and backward (models/lstm_window.py).
+the whole window of an LSTM, mLSTM or RLSTM layer, with or without a low-rank mogrifier, forward and backward
+(models/lstm_window.py, models/rlstm_window.py).
 
 `torch.utils.cpp_extension.load` compiles them with the machine's C++ compiler and ninja (a dependency
 of this package), about 20 s on 2 cores, into `<TORCH_EXTENSIONS_DIR>/lm_tuner/<key>/`, where

@@ -1,4 +1,5 @@
-"""An LSTM or mLSTM layer's window in two C++ calls, forward and backward (models/csrc/cpu_kernels.cpp).
+"""An LSTM or mLSTM layer's window in two C++ calls, forward and backward (models/csrc/cpu_kernels.cpp); the
+RLSTM's is models/rlstm_window.py.
 
 The fast path otherwise runs the loop over time in Python, a dozen operations per step each way. For an
 mLSTM, or an LSTM plain or behind a low-rank mogrifier that the C++ kernel runs (models/mogrifier_window.py,
@@ -18,7 +19,7 @@ from types import ModuleType
 from torch import Tensor, nn
 
 from lm_tuner.models import cpu_kernels
-from lm_tuner.models.cells import LSTMCell, MLSTMCell
+from lm_tuner.models.cells import LSTMCell, MLSTMCell, RLSTMCell
 from lm_tuner.models.mogrifier_window import CpuKernelWindow, MogrifierWindow
 from lm_tuner.models.tape import Linear, Tape
 from lm_tuner.models.triton_support import triton_serves
@@ -40,15 +41,16 @@ class WindowCache:
 
 def window_kernels(cell: object, mogrify: MogrifierWindow | None, linear: Linear, inputs: Tensor
                    ) -> ModuleType | None:
-    """The compiled kernels where they take this layer's window, else None."""
-    if not isinstance(cell, LSTMCell | MLSTMCell) or not isinstance(linear, Tape) or triton_serves(inputs):
+    """The compiled kernels where they take this layer's window (this module's for an LSTM or mLSTM,
+    models/rlstm_window.py's for an RLSTM), else None."""
+    if not isinstance(cell, LSTMCell | MLSTMCell | RLSTMCell) or not isinstance(linear, Tape) or triton_serves(inputs):
         return None  # where Triton serves (a GPU, or its interpreter on a CPU) the LSTM update is its kernel
-    if mogrify is not None and not (isinstance(mogrify, CpuKernelWindow) and isinstance(cell, LSTMCell)):
+    if mogrify is not None and not (isinstance(mogrify, CpuKernelWindow) and isinstance(cell, LSTMCell | RLSTMCell)):
         return None
     return cpu_kernels.serving(inputs)
 
 
-def _weights(tape: Tape, modules: list[nn.Linear], rows: Tensor, steps: int, transposed: bool = False
+def window_weights(tape: Tape, modules: list[nn.Linear], rows: Tensor, steps: int, transposed: bool = False
              ) -> tuple[list[Tensor], bool]:
     """The weights the C++ loop multiplies by, and whether they are packed for oneDNN: all of them (transposed
     for the backward loop) where oneDNN takes them all and the window has several steps (packing costs more
@@ -65,7 +67,7 @@ def forward(kernels: ModuleType, tape: Tape, cell: LSTMCell | MLSTMCell, mogrify
     """Outputs (time, batch, hidden), the last (h, c), and the cache for `backward`."""
     steps, h, c, factors = inputs.shape[0], h.detach(), c.detach(), None
     if isinstance(cell, MLSTMCell):
-        (hidden_factor, recurrent), onednn = _weights(tape, [cell.hidden_factor, cell.recurrent], h, steps)
+        (hidden_factor, recurrent), onednn = window_weights(tape, [cell.hidden_factor, cell.recurrent], h, steps)
         x_part = tape(cell.input, inputs)
         outputs, h_seen, m, factor_h, *cache = kernels.mlstm_window_forward(
             x_part, h, c, hidden_factor, recurrent, tape.weights(cell.recurrent)[1], onednn, state_mask,
@@ -73,12 +75,12 @@ def forward(kernels: ModuleType, tape: Tape, cell: LSTMCell | MLSTMCell, mogrify
         tape.add_inputs(cell.hidden_factor, h_seen)
         h_seen, factors = m, (x_part, factor_h)  # the recurrent weight reads m
     elif mogrify is None:
-        (recurrent,), onednn = _weights(tape, [cell.recurrent], h, steps)
+        (recurrent,), onednn = window_weights(tape, [cell.recurrent], h, steps)
         x_part = tape(cell.input, inputs)
         outputs, h_seen, *cache = kernels.lstm_window_forward(x_part, h, c, recurrent, onednn, state_mask,
                                                               cell.cap_input_gate)
     else:
-        (input_weight, recurrent), onednn = _weights(tape, [cell.input, cell.recurrent], h, steps)
+        (input_weight, recurrent), onednn = window_weights(tape, [cell.input, cell.recurrent], h, steps)
         x_values, h_seen = mogrify.values[mogrify.last_x], mogrify.values[mogrify.last_h]
         tape.add_inputs(cell.input, x_values)
         outputs, *cache = kernels.mogrifier_lstm_window_forward(
@@ -96,19 +98,20 @@ def backward(kernels: ModuleType, tape: Tape, cell: LSTMCell | MLSTMCell, cache:
     update = (cache.cells, cache.sigmoids, cache.j, cache.i_used, cache.tanh_c)
     if cache.factors is not None:
         modules = [cell.hidden_factor, cell.recurrent]
-        (hidden_factor, recurrent), onednn = _weights(tape, modules, dh, steps, transposed=True)
+        (hidden_factor, recurrent), onednn = window_weights(tape, modules, dh, steps, transposed=True)
         d_x_part, d_gates, d_factor_h, dh, dc = kernels.mlstm_window_backward(
             d_outputs, dh, dc, *cache.factors, *update, hidden_factor, recurrent, onednn, state_mask,
             cell.cap_input_gate)
         tape.add_grads(cell.hidden_factor, d_factor_h)
         d_inputs = tape.backward(cell.input, d_x_part)
     elif cache.mogrify is None:
-        (recurrent,), onednn = _weights(tape, [cell.recurrent], dh, steps, transposed=True)
+        (recurrent,), onednn = window_weights(tape, [cell.recurrent], dh, steps, transposed=True)
         d_gates, dh, dc = kernels.lstm_window_backward(d_outputs, dh, dc, *update, recurrent, onednn, state_mask,
                                                        cell.cap_input_gate)
         d_inputs = tape.backward(cell.input, d_gates)
     else:
-        (input_weight, recurrent), onednn = _weights(tape, [cell.input, cell.recurrent], dh, steps, transposed=True)
+        modules = [cell.input, cell.recurrent]
+        (input_weight, recurrent), onednn = window_weights(tape, modules, dh, steps, transposed=True)
         d_gates, d_inputs, dh, dc = kernels.mogrifier_lstm_window_backward(
             cache.mogrify.kernel, d_outputs, dh, dc, *update, input_weight, recurrent, onednn,
             cache.mogrify.state_mask, cell.cap_input_gate)

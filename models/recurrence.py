@@ -7,19 +7,21 @@ and the backward loop applies each cell's hand-derived gradient, then computes e
 gradient as a single matrix multiply over the window (see models/tape.py). All rounds of a low-rank
 mogrifier step run in one call each way (models/mogrifier_window.py): a Triton kernel on a GPU, a C++
 kernel on a CPU. On a GPU the LSTM update is one Triton kernel too (models/lstm_kernels.py); on a CPU
-the whole window of an LSTM (plain or behind that C++ mogrifier) or an mLSTM is one C++ call each way
-(models/lstm_window.py). Both kinds are compiled on first use and cached on disk (models/cpu_kernels.py,
-Triton's own cache).
+the whole window of an LSTM or an RLSTM (plain or behind that C++ mogrifier) or an mLSTM is one C++ call each
+way (models/lstm_window.py, models/rlstm_window.py). Both kinds are compiled on first use and cached on disk
+(models/cpu_kernels.py, Triton's own cache).
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from lm_tuner.models import cpu_kernels, lstm_window
-from lm_tuner.models.cells import CELLS
+from lm_tuner.models import cpu_kernels, lstm_window, rlstm_window
+from lm_tuner.models.cells import CELLS, RLSTMCell
 from lm_tuner.models.config import ModelConfig
 from lm_tuner.models.mogrifier import Mogrifier
 from lm_tuner.models.mogrifier_window import MogrifierWindow, mogrifier_window
@@ -27,6 +29,8 @@ from lm_tuner.models.tape import Cache, Linear, Tape, autograd_linear
 
 State = tuple[Tensor, Tensor]
 """(h, c) of one layer, each (batch, hidden)."""
+WindowCache = lstm_window.WindowCache | rlstm_window.WindowCache
+"""What a window run in C++ keeps for its backward pass."""
 
 
 def variational_mask(batch_size: int, hidden_size: int, rate: float, like: Tensor) -> Tensor | None:
@@ -71,15 +75,19 @@ class RecurrentLayer(nn.Module):
             outputs, state, _ = self.run(Tape(record=False), inputs, h, c, state_mask)
         return outputs, state
 
+    def _window(self) -> ModuleType:
+        """The module that runs this layer's window in C++ where `lstm_window.window_kernels` serves it."""
+        return rlstm_window if isinstance(self.cell, RLSTMCell) else lstm_window
+
     def _weights(self) -> list[Tensor]:
         """The tensors the linear maps use now (not `parameters()`, which `functional_call` leaves alone)."""
         return [t for m in self.modules() if isinstance(m, nn.Linear) for t in (m.weight, m.bias) if t is not None]
 
     def run(self, linear: Linear, inputs: Tensor, h: Tensor, c: Tensor, state_mask: Tensor | None
-            ) -> tuple[Tensor, State, tuple[MogrifierWindow | None, list[Cache]] | lstm_window.WindowCache]:
+            ) -> tuple[Tensor, State, tuple[MogrifierWindow | None, list[Cache]] | WindowCache]:
         mogrify = None if self.mogrifier is None else mogrifier_window(self.mogrifier, linear, inputs, state_mask)
         if (kernels := lstm_window.window_kernels(self.cell, mogrify, linear, inputs)) is not None:
-            return lstm_window.forward(kernels, linear, self.cell, mogrify, inputs, h, c, state_mask)
+            return self._window().forward(kernels, linear, self.cell, mogrify, inputs, h, c, state_mask)
         x_part = linear(self.cell.input, inputs) if mogrify is None else None  # stateless: whole window
         outputs, caches = [], []
         for t in range(inputs.shape[0]):
@@ -93,13 +101,13 @@ class RecurrentLayer(nn.Module):
             caches.append(cell_cache)
         return torch.stack(outputs), (h, c), (mogrify, caches)
 
-    def run_backward(self, tape: Tape, caches: tuple[MogrifierWindow | None, list[Cache]] | lstm_window.WindowCache,
+    def run_backward(self, tape: Tape, caches: tuple[MogrifierWindow | None, list[Cache]] | WindowCache,
                      d_outputs: Tensor, dh: Tensor, dc: Tensor, state_mask: Tensor | None
                      ) -> tuple[Tensor, Tensor, Tensor]:
         """Gradients of (inputs, h0, c0) given those of the outputs and of the last state."""
-        if isinstance(caches, lstm_window.WindowCache):
+        if isinstance(caches, WindowCache):
             kernels = cpu_kernels.cpu_extension()
-            return lstm_window.backward(kernels, tape, self.cell, caches, d_outputs, dh, dc, state_mask)
+            return self._window().backward(kernels, tape, self.cell, caches, d_outputs, dh, dc, state_mask)
         mogrify, cell_caches = caches
         d_x_parts, d_inputs = [], []
         for t in reversed(range(len(cell_caches))):

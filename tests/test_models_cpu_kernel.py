@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_tuner.models import ModelConfig, cells, cpu_kernels
+from lm_tuner.models import ModelConfig, cells, cpu_kernels, lstm_window
 from lm_tuner.models.mogrifier_window import CpuKernelWindow, ReferenceWindow, cpu_kernel_serves, mogrifier_window
 from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.models.tape import Tape, autograd_linear
@@ -41,11 +41,16 @@ def _layer_and_window(family, rounds, rank, input_size, hidden, batch, masked, c
 
 
 @needs_kernel
+@pytest.mark.parametrize("window_in_cpp", [True, False], ids=["window-in-cpp", "steps-in-python"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
-def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads, monkeypatch):
+def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads, window_in_cpp, monkeypatch):
+    """Every mogrifier family's window loops in C++ (models/lstm_window.py, models/rlstm_window.py), which calls
+    the kernel's C++ side; with that loop off, the Python loop calls it step by step."""
     calls = counting_calls(monkeypatch, CpuKernelWindow)
+    if not window_in_cpp:
+        monkeypatch.setattr(lstm_window, "window_kernels", lambda *args: None)
     layer, window = _layer_and_window(*shape, dtype=dtype)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -53,7 +58,7 @@ def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads,
         fast = outputs_and_grads(layer, True, *window)
     finally:
         torch.set_num_threads(previous)
-    in_python = 0 if shape[0] == "mogrifier" else window[0].shape[0]  # a mogrifier LSTM loops in C++ (lstm_window)
+    in_python = 0 if window_in_cpp else window[0].shape[0]
     assert calls.count("forward") == calls.count("backward") == in_python
     reference = outputs_and_grads(layer, False, *window)
     for a, b in zip(fast, reference, strict=True):
@@ -63,7 +68,8 @@ def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads,
 @needs_kernel
 def test_evaluation_windows_take_the_kernel_and_match_the_recorded_forward(monkeypatch):
     calls = counting_calls(monkeypatch, CpuKernelWindow)
-    layer, (inputs, h, c, mask) = _layer_and_window(*SHAPES[1], dtype=torch.float32)  # an RLSTM: steps in Python
+    monkeypatch.setattr(lstm_window, "window_kernels", lambda *args: None)  # steps in Python
+    layer, (inputs, h, c, mask) = _layer_and_window(*SHAPES[1], dtype=torch.float32)
     with torch.no_grad():
         evaluated, (h_last, c_last) = layer(inputs, (h, c), mask)
     assert calls == ["forward"] * inputs.shape[0]

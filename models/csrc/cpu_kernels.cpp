@@ -1,6 +1,7 @@
 // The fast path's CPU kernels: all rounds of a mogrifier step in one call, and the LSTM's element-wise
 // update, forward and backward, with the batch rows split among torch's threads; and loops over a whole
-// window (an LSTM, a mogrifier LSTM, an mLSTM) that call them and the recurrent products step by step.
+// window (an LSTM, an mLSTM, an RLSTM, each but the mLSTM plain or behind a mogrifier) that call them and the
+// recurrent products step by step.
 //
 // Every batch row is mogrified independently, so each thread takes a slice of the rows through every
 // round with single-threaded matrix multiplies: one fork per step instead of one per operation, no
@@ -416,6 +417,275 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
   return {at::stack(d_gates), at::stack(d_inputs), dh, dc};
 }
 
+
+// The RLSTM's step (models.cells.RLSTMCell.step) from its input side x_term (B, 2H: i, j) and the h its products
+// read (state-masked, or mogrified). `weights` are the recurrent (3H: i, j, f), forget and output weights for
+// recurrent_product, `biases` the forget and output gates'. Returns h, c, what the forget and output weights read
+// (i * j, and c times the state mask) and `saved` (B, 6H): i, j, f, the input gate used (min(i, 1 - f) with the
+// cap), o and tanh(c), what the backward pass reads. tanh(x) is 2 sigma(2x) - 1, as in Python.
+std::vector<at::Tensor> rlstm_step(const at::Tensor& x_term_in, const at::Tensor& h_seen, const at::Tensor& c_prev,
+                                   const Tensors& weights, const Tensors& biases, bool onednn,
+                                   const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  const at::Tensor x_term = with_contiguous_columns(x_term_in);
+  const at::Tensor from_h = recurrent_product(h_seen, weights[0], onednn).contiguous();
+  const int64_t batch = c_prev.size(0), hidden = c_prev.size(1), width = 6 * hidden;
+  at::Tensor saved = at::empty({batch, width}, c_prev.options()), u = at::empty_like(c_prev);
+  at::Tensor h = at::empty_like(c_prev), c = at::empty_like(c_prev);
+  at::Tensor c_seen = mask.has_value() ? at::empty_like(c_prev) : c;
+  const at::Tensor m = mask.has_value() ? mask->expand_as(c_prev).contiguous() : c_prev;  // c_prev: unread
+  auto sigmoid_columns = [&](int64_t first, int64_t rows, int64_t column, int64_t columns) {
+    at::Tensor slice = saved.narrow(0, first, rows).narrow(1, column, columns);
+    at::sigmoid_out(slice, slice);
+  };
+  AT_DISPATCH_FLOATING_TYPES(c_prev.scalar_type(), "rlstm_step", [&] {
+    using T = scalar_t;
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // i, j and i * j
+      for (int64_t row = first; row < first + rows; ++row) {
+        const T* __restrict__ x = x_term.data_ptr<T>() + row * x_term.stride(0);
+        const T* __restrict__ y = from_h.data_ptr<T>() + row * 3 * hidden;
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        for (int64_t k = 0; k < hidden; ++k) s[k] = x[k] + y[k];
+        for (int64_t k = hidden; k < 2 * hidden; ++k) s[k] = 2 * (x[k] + y[k]);
+      }
+      sigmoid_columns(first, rows, 0, 2 * hidden);
+      for (int64_t row = first; row < first + rows; ++row) {
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        T* __restrict__ uu = u.data_ptr<T>() + row * hidden;
+        for (int64_t k = 0; k < hidden; ++k) {
+          s[hidden + k] = 2 * s[hidden + k] - 1;
+          uu[k] = s[k] * s[hidden + k];
+        }
+      }
+    });
+    const at::Tensor f_term = with_contiguous_columns(recurrent_product(u, weights[1], onednn, biases[0]));
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // f, c and c as the output gate sees it
+      for (int64_t row = first; row < first + rows; ++row) {
+        const T* __restrict__ y = from_h.data_ptr<T>() + row * 3 * hidden + 2 * hidden;
+        const T* __restrict__ z = f_term.data_ptr<T>() + row * f_term.stride(0);
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        for (int64_t k = 0; k < hidden; ++k) s[2 * hidden + k] = z[k] + y[k];
+      }
+      sigmoid_columns(first, rows, 2 * hidden, hidden);
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        const T *__restrict__ cp = c_prev.data_ptr<T>() + at_row, *__restrict__ keep = m.data_ptr<T>() + at_row;
+        T *__restrict__ cc = c.data_ptr<T>() + at_row, *__restrict__ seen = c_seen.data_ptr<T>() + at_row;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T i = s[k], j = s[hidden + k], f = s[2 * hidden + k];
+          const T used = cap_input_gate ? std::min(i, 1 - f) : i;
+          const T cell = f * cp[k] + used * j;
+          s[3 * hidden + k] = used;
+          s[5 * hidden + k] = 2 * cell;
+          cc[k] = cell;
+          if (mask.has_value()) seen[k] = cell * keep[k];
+        }
+      }
+    });
+    const at::Tensor o_term = with_contiguous_columns(recurrent_product(c_seen, weights[2], onednn, biases[1]));
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // o, tanh(c) and h
+      for (int64_t row = first; row < first + rows; ++row) {
+        const T* __restrict__ z = o_term.data_ptr<T>() + row * o_term.stride(0);
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        for (int64_t k = 0; k < hidden; ++k) s[4 * hidden + k] = z[k];
+      }
+      sigmoid_columns(first, rows, 4 * hidden, 2 * hidden);
+      for (int64_t row = first; row < first + rows; ++row) {
+        T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        T* __restrict__ hh = h.data_ptr<T>() + row * hidden;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T t = 2 * s[5 * hidden + k] - 1;
+          s[5 * hidden + k] = t;
+          hh[k] = s[4 * hidden + k] * t;
+        }
+      }
+    });
+  });
+  return {h, c, u, c_seen, saved};
+}
+
+// Its gradient (models.cells.RLSTMCell.step_backward), given those of h and c: those of the pre-activations of
+// i, j and f (B, 3H), of the output gate's, of the h the products read and of c_prev. `weights_t` are the three
+// weights transposed and packed for oneDNN, else the plain ones for at::mm.
+std::vector<at::Tensor> rlstm_step_backward(const at::Tensor& saved, const at::Tensor& c_prev, const at::Tensor& dh,
+                                            const at::Tensor& dc, const Tensors& weights_t, bool onednn,
+                                            const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  auto product = [&](const at::Tensor& grads, const at::Tensor& w) {
+    return (onednn ? recurrent_product(grads, w, true) : at::mm(grads, w)).contiguous();
+  };
+  const int64_t batch = dh.size(0), hidden = dh.size(1), width = 6 * hidden;
+  at::Tensor d_o = at::empty_like(dh), d_c = at::empty_like(dh), d_f = at::empty_like(dh);
+  at::Tensor d_pre = at::empty({batch, 3 * hidden}, dh.options()), dc_prev = at::empty_like(dh);
+  const at::Tensor m = mask.has_value() ? mask->expand_as(dh).contiguous() : dh;  // dh: unread
+  AT_DISPATCH_FLOATING_TYPES(dh.scalar_type(), "rlstm_step_backward", [&] {
+    using T = scalar_t;
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // through h = o tanh(c)
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        const T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        const T *__restrict__ gh = dh.data_ptr<T>() + at_row, *__restrict__ gc = dc.data_ptr<T>() + at_row;
+        T *__restrict__ go = d_o.data_ptr<T>() + at_row, *__restrict__ gcc = d_c.data_ptr<T>() + at_row;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T o = s[4 * hidden + k], t = s[5 * hidden + k];
+          go[k] = gh[k] * t * o * (1 - o);
+          gcc[k] = gc[k] + gh[k] * o * (1 - t * t);
+        }
+      }
+    });
+    const at::Tensor d_c_seen = product(d_o, weights_t[2]);
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // through c = f c_prev + i_used j
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        const T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        const T *__restrict__ cp = c_prev.data_ptr<T>() + at_row, *__restrict__ keep = m.data_ptr<T>() + at_row;
+        const T* __restrict__ seen = d_c_seen.data_ptr<T>() + at_row;
+        T *__restrict__ gcc = d_c.data_ptr<T>() + at_row, *__restrict__ gf = d_f.data_ptr<T>() + at_row;
+        T *__restrict__ dp = d_pre.data_ptr<T>() + row * 3 * hidden, *__restrict__ dcp = dc_prev.data_ptr<T>() + at_row;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T i = s[k], j = s[hidden + k], f = s[2 * hidden + k], used = s[3 * hidden + k];
+          const T d_cell = gcc[k] + (mask.has_value() ? seen[k] * keep[k] : seen[k]);
+          T d_i = d_cell * j, d_f_gate = d_cell * cp[k];
+          if (cap_input_gate && used < i) {  // min(i, 1 - f) took 1 - f: its gradient goes to f, negated
+            d_f_gate -= d_i;
+            d_i = 0;
+          }
+          dp[k] = d_i;  // completed below, once the forget gate's input (i * j) has its gradient
+          dp[hidden + k] = d_cell * used;
+          gf[k] = d_f_gate * f * (1 - f);
+          dcp[k] = d_cell * f;
+        }
+      }
+    });
+    const at::Tensor d_u = product(d_f, weights_t[1]);
+    for_row_slices(batch, [&](int64_t first, int64_t rows) {  // through i * j
+      for (int64_t row = first; row < first + rows; ++row) {
+        const int64_t at_row = row * hidden;
+        const T* __restrict__ s = saved.data_ptr<T>() + row * width;
+        const T *__restrict__ gu = d_u.data_ptr<T>() + at_row, *__restrict__ gf = d_f.data_ptr<T>() + at_row;
+        T* __restrict__ dp = d_pre.data_ptr<T>() + row * 3 * hidden;
+        for (int64_t k = 0; k < hidden; ++k) {
+          const T i = s[k], j = s[hidden + k];
+          dp[k] = (dp[k] + gu[k] * j) * i * (1 - i);
+          dp[hidden + k] = (dp[hidden + k] + gu[k] * i) * (1 - j * j);
+          dp[2 * hidden + k] = gf[k];
+        }
+      }
+    });
+  });
+  return {d_pre, d_o, product(d_pre, weights_t[0]), dc_prev};
+}
+
+// What the RLSTM's window loops keep of every step: its output h, c after it (c0 first), what the forget and
+// output weights read, and the backward pass's `saved`, each stacked over the window at the end.
+struct RLSTMRecord {
+  Tensors outputs, cells, forget_inputs, output_inputs, saved;
+
+  explicit RLSTMRecord(const at::Tensor& c0) : cells{c0} {}
+
+  // Keeps one step (rlstm_step's result) and returns its h.
+  const at::Tensor& add(const Tensors& step) {
+    outputs.push_back(step[0]);
+    cells.push_back(step[1]);
+    forget_inputs.push_back(step[2]);
+    output_inputs.push_back(step[3]);
+    saved.push_back(step[4]);
+    return outputs.back();
+  }
+
+  Tensors stacked() const {
+    return {at::stack(outputs), at::stack(cells), at::stack(forget_inputs), at::stack(output_inputs),
+            at::stack(saved)};
+  }
+};
+
+// The RLSTM over a whole window (models/rlstm_window.py): x_part (T, B, 2H) holds the input side of every step
+// (one matrix multiply over the window, made by the caller). Returns the outputs, c before each step and after the
+// last, what the forget and output weights read, `saved` (rlstm_step), and the masked h each step's product read.
+Tensors rlstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, const at::Tensor& c0,
+                             const Tensors& weights, const Tensors& biases, bool onednn,
+                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  Tensors h_seen;
+  RLSTMRecord record(c0.contiguous());
+  at::Tensor h = h0;
+  for (int64_t t = 0; t < x_part.size(0); ++t) {
+    h_seen.push_back(mask.has_value() ? h * *mask : h);
+    h = record.add(rlstm_step(x_part.select(0, t), h_seen.back(), record.cells.back(), weights, biases, onednn,
+                              mask, cap_input_gate));
+  }
+  Tensors results = record.stacked();
+  results.push_back(at::stack(h_seen));
+  return results;
+}
+
+// Its backward through time: the gradients of the pre-activations of i, j and f (T, B, 3H), of the output gate's
+// (T, B, H), of h0 and of c0.
+Tensors rlstm_window_backward(const at::Tensor& d_outputs, const at::Tensor& dh_last, const at::Tensor& dc_last,
+                              const at::Tensor& cells, const at::Tensor& saved, const Tensors& weights_t,
+                              bool onednn, const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = d_outputs.size(0);
+  Tensors d_pre(steps), d_o(steps);
+  at::Tensor dh = dh_last, dc = dc_last;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    Tensors step = rlstm_step_backward(saved.select(0, t), cells.select(0, t), dh + d_outputs.select(0, t), dc,
+                                       weights_t, onednn, mask, cap_input_gate);
+    d_pre[t] = step[0];
+    d_o[t] = step[1];
+    dh = mask.has_value() ? step[2] * *mask : step[2];
+    dc = step[3];
+  }
+  return {at::stack(d_pre), at::stack(d_o), dh, dc};
+}
+
+// A mogrifier RLSTM's window: per step, the mogrifier's rounds (`mogrifier`, which keeps the mogrified x and h of
+// every step in its blocks `x_values` and `h_values`), the input side's product and the step. Returns what
+// rlstm_window_forward does but the masked h (the mogrifier's block 1).
+Tensors mogrifier_rlstm_window_forward(MogrifierWindow& mogrifier, const at::Tensor& x_values,
+                                       const at::Tensor& h_values, const at::Tensor& h0, const at::Tensor& c0,
+                                       const at::Tensor& input_weight, const at::Tensor& input_bias,
+                                       const Tensors& weights, const Tensors& biases, bool onednn,
+                                       const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  RLSTMRecord record(c0.contiguous());
+  at::Tensor h = h0.contiguous();
+  for (int64_t t = 0; t < x_values.size(0); ++t) {
+    mogrifier.forward(t, h, mask);
+    const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
+    h = record.add(rlstm_step(x_term, h_values.select(0, t), record.cells.back(), weights, biases, onednn, mask,
+                              cap_input_gate));
+  }
+  return record.stacked();
+}
+
+// Its backward through time: what rlstm_window_backward returns, with the gradients of the inputs (T, B, E)
+// before those of h0 and c0.
+Tensors mogrifier_rlstm_window_backward(MogrifierWindow& mogrifier, const at::Tensor& d_outputs,
+                                        const at::Tensor& dh_last, const at::Tensor& dc_last, const at::Tensor& cells,
+                                        const at::Tensor& saved, const at::Tensor& input_weight_t,
+                                        const Tensors& weights_t, bool onednn, const c10::optional<at::Tensor>& mask,
+                                        bool cap_input_gate) {
+  at::NoGradGuard no_grad;
+  const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
+  Tensors d_pre(steps), d_o(steps), d_inputs(steps);
+  at::Tensor dh = dh_last, dc = dc_last;
+  for (int64_t t = steps - 1; t >= 0; --t) {
+    Tensors step = rlstm_step_backward(saved.select(0, t), cells.select(0, t), dh + d_outputs.select(0, t), dc,
+                                       weights_t, onednn, mask, cap_input_gate);
+    d_pre[t] = step[0];
+    d_o[t] = step[1];
+    const at::Tensor d_x_part = step[0].narrow(1, 0, 2 * hidden).contiguous();
+    at::Tensor dx = (onednn ? recurrent_product(d_x_part, input_weight_t, true) : at::mm(d_x_part, input_weight_t))
+                        .contiguous();
+    dh = step[2];
+    mogrifier.backward(t, dx, dh);
+    d_inputs[t] = dx;
+    if (mask.has_value()) dh = dh * *mask;
+    dc = step[3];
+  }
+  return {at::stack(d_pre), at::stack(d_o), at::stack(d_inputs), dh, dc};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -431,4 +701,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("mlstm_window_forward", &mlstm_window_forward);
   module.def("mlstm_window_backward", &mlstm_window_backward);
   module.def("mogrifier_lstm_window_backward", &mogrifier_lstm_window_backward);
+  module.def("rlstm_window_forward", &rlstm_window_forward);
+  module.def("rlstm_window_backward", &rlstm_window_backward);
+  module.def("mogrifier_rlstm_window_forward", &mogrifier_rlstm_window_forward);
+  module.def("mogrifier_rlstm_window_backward", &mogrifier_rlstm_window_backward);
 }
