@@ -1,12 +1,14 @@
 """The shipped study spaces: the full-size ones are accepted as they are and fit their budgets; their
-CPU-sized twins mirror them and run end to end."""
+CPU-sized twins mirror them and run end to end; every value says where it comes from."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from lm_tuner.models import count_parameters
 from lm_tuner.tuner.analysis.comparison import comparison
@@ -17,7 +19,9 @@ from lm_tuner.tuner.spec.space import trial_setup
 
 SPACES = Path(__file__).parent.parent / "spaces"
 FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",
-             "mogrifier_ptb_char", "ptb_comparison", "awd_lstm_ptb"]
+             "mogrifier_ptb_char", "ptb_comparison", "awd_lstm_ptb", "transformer_vs_mogrifier_ptb"]
+SOURCED = [*FULL_SIZE, *(f"small/{name}" for name in FULL_SIZE)]
+PTB_CHAR = [name for name in SOURCED if name.endswith("ptb_char")]
 VOCABULARY = {"ptb": 10_000, "wikitext-2": 33_279, "ptb-char": 50, "enwik8": 206}  # with <eos>
 
 
@@ -27,7 +31,8 @@ def test_full_size_space_is_accepted_and_fits_its_budget(name):
     vocab_size = VOCABULARY[spec.dataset.name]
     for family in spec.families:
         searched = spec.searched_for(family)
-        middle = {key: (space.low + space.high) / 2 for key, space in searched.items()}
+        middle = {key: space.choices[0] if space.choices else (space.low + space.high) / 2
+                  for key, space in searched.items()}
         setup = trial_setup(spec, family, middle, vocab_size, seed=0)
         assert 0.99 * spec.parameter_budget <= count_parameters(setup.model) <= spec.parameter_budget
     assert spec.evaluation is not None and spec.dynamic_evaluation is not None and spec.reruns is not None
@@ -70,3 +75,50 @@ def test_small_twin_runs_every_stage(name, ray_cluster, sqlite_url, tmp_path):
     (row,) = table.families
     assert row.valid.count == 2 and row.test.count == 2 and row.dynamic_test is not None
     assert table.winner == spec.families[0]
+
+
+def test_every_space_but_quickstart_is_checked_for_sources():
+    shipped = {path.relative_to(SPACES).with_suffix("").as_posix() for path in SPACES.rglob("*.yaml")}
+    assert shipped - set(SOURCED) == {"quickstart"}
+    assert "Every value here is this project's choice" in (SPACES / "quickstart.yaml").read_text()
+
+
+def value_spans(node: Node) -> list[tuple[int, int]]:
+    """The first and last line of each value written out in a space (a scalar or a {...} / [...] collection,
+    with its key), at any depth; `name` and `description` are not values."""
+    if isinstance(node, ScalarNode) or node.flow_style:
+        return [(node.start_mark.line, node.end_mark.line)]
+    spans = []
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            if key.value in ("name", "description"):
+                continue
+            inner = value_spans(value)
+            if isinstance(value, ScalarNode) or value.flow_style:
+                inner = [(key.start_mark.line, inner[0][1])]
+            spans += inner
+    elif isinstance(node, SequenceNode):
+        for item in node.value:
+            spans += value_spans(item)
+    return spans
+
+
+def has_comment(line: str) -> bool:
+    return re.search(r"(^|\s)#", line) is not None
+
+
+@pytest.mark.parametrize("name", SOURCED)
+def test_every_value_of_a_space_has_a_comment_giving_its_source(name):
+    # Issue 21: every value names its source (a paper's table or section, the full space, or this project), on
+    # its own line(s) or in the comment line right above it; a comment on a block header does not count.
+    lines = (SPACES / f"{name}.yaml").read_text().splitlines()
+    unsourced = [f"{first + 1}: {lines[first].strip()}" for first, last in value_spans(yaml.compose("\n".join(lines)))
+                 if not any(has_comment(line) for line in lines[first:last + 1])
+                 and not (first > 0 and lines[first - 1].lstrip().startswith("#"))]
+    assert unsourced == []
+
+
+@pytest.mark.parametrize("name", PTB_CHAR)
+def test_ptb_char_spaces_have_the_papers_two_layers(name):
+    # Mogrifier (d2) on character-level PTB (Mogrifier paper Table 2, thesis Table 2.2); it once shipped with 3.
+    assert yaml.safe_load((SPACES / f"{name}.yaml").read_text())["fixed"]["num_layers"] == 2
