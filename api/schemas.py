@@ -7,8 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lm_tuner.tuner.store.documents import StudyOut, TrialOut
-from lm_tuner.tuner.store.schema import TurnRecord
+from lm_tuner.tuner.store import BaselineOut, StudyOut, TrialOut, TurnRecord
 
 
 class TurnOut(BaseModel):
@@ -34,6 +33,8 @@ class TurnOut(BaseModel):
                                                               "predicted (argmax)")
     val_logit_scale: float | None = Field(None, description="val_loss was scored with the logits multiplied by "
                                                             "this (1 / softmax temperature)")
+    fine_tuning: bool | None = Field(None, description="a turn of the fine-tuning stage (training.fine_tuning), "
+                                                       "after the main training's turns")
 
     @classmethod
     def of(cls, record: TurnRecord) -> TurnOut:
@@ -137,6 +138,10 @@ class FamilyResultOut(BaseModel):
     valid_from: str | None = Field(description="where `valid` comes from: test protocol, full rescoring or training")
     reruns_planned: int | None = Field(description="null: the spec asks for no reruns")
     reruns_finished: int | None
+    reversed_loss: EstimateOut | None = Field(None, description="reverse-copy tasks: the final models' loss "
+                                                               "(nats/token) on the reversed halves; else null")
+    reversed_accuracy: EstimateOut | None = Field(None, description="reverse-copy tasks: the final models' share of "
+                                                                   "reversed symbols predicted; else null")
 
 
 class ComparisonOut(BaseModel):
@@ -152,6 +157,8 @@ class ComparisonOut(BaseModel):
     reruns_finished: int
     tuning_validation: str = Field(description="which validation set the tuning scores are on")
     verdict: str = Field(description="the winner and why, or why there is none yet")
+    unigram_baseline: BaselineOut = Field(description="the unigram baseline of the corpus: the validation "
+                                                      "perplexity of word frequencies alone, for scale")
 
 
 class HistoryBest(BaseModel):

@@ -12,6 +12,10 @@ learning rate to 0.9^k of the configured one at the k-th divergence (Melis thesi
 fresh dropout noise and carries on, at most `divergence_retries` times; then it fails with the
 reason. After every turn the whole training state can be written to a latest checkpoint, from
 which `train(..., resume_from=...)` continues to exactly the numbers of an uninterrupted run.
+
+When the schedule enables fine-tuning (`fine_tuning`), the budget's last turn is followed by
+fine-tuning turns from the best weights, reported like the others (with `fine_tuning` set), until
+its trigger fires or its own budget is used.
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ def train(
     setup_seconds = time.perf_counter() - set_up
     metadata = metadata or {}
     last_good = run.state_dict()
-    finished = run.progress() >= 1
+    finished = run.finished()
     while not finished:
+        run.start_fine_tuning_when_due()
         try:
             started = time.perf_counter()
             train_loss, tokens_per_second = run.train_turn()
@@ -88,9 +93,9 @@ def train(
             run.recover(last_good)
             continue
         improved = evaluated.loss < run.best_val_loss
-        finished = run.progress() >= 1
+        finished = run.finished()
         if improved:
-            run.best_val_loss, run.best_turn = evaluated.loss, run.turn
+            run.record_best(evaluated)
         report = TurnReport(
             run.turn, run.step, train_loss, evaluated.loss, run.best_val_loss, improved, tokens_per_second,
             run.stopwatch.wall(), process_seconds=run.stopwatch.process(), averaging_length=evaluated.length,
@@ -98,14 +103,15 @@ def train(
             train_seconds=train_seconds, eval_seconds=eval_seconds, val_tokens=run.validation_tokens,
             val_subset=run.validation_subset,
             reversed_loss=memory and memory.reversed_loss, reversed_accuracy=memory and memory.reversed_accuracy,
-            val_logit_scale=evaluated.logit_scale, setup_seconds=setup_seconds,
+            val_logit_scale=evaluated.logit_scale, setup_seconds=setup_seconds, fine_tuning=run.fine_tuning,
         )
         run.reports.append(report)
         last_good = run.state_dict()
         turn_metadata = {**metadata, "val_loss": evaluated.loss, "val_logit_scale": evaluated.logit_scale,
                          "val_tokens": run.validation_tokens,
                          "val_subset": run.validation_subset, "turn": run.turn, "step": run.step,
-                         "averaging_length": evaluated.length, "training": config.model_dump()}
+                         "averaging_length": evaluated.length, "fine_tuning": report.fine_tuning,
+                         "training": config.model_dump()}
         saving = time.perf_counter()
         with swapped_weights(run.model, evaluated.weights):
             if improved and checkpoint_path is not None:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from lm_tuner.trainers.averaging import AveragingConfig, NoAveragingConfig
+from lm_tuner.trainers.fine_tuning import FineTuningConfig
 
 BUDGETS = ("budget_steps", "budget_epochs", "budget_seconds")
 
@@ -47,6 +48,8 @@ class Schedule(BaseModel):
         "adam", description="Adam or Rectified Adam, both with beta1 = 0 (Melis et al.), or plain SGD without "
                             "momentum (AWD-LSTM, Merity et al. 2018)")
     averaging: AveragingConfig = Field(NoAveragingConfig(), description="which weights are evaluated")
+    fine_tuning: FineTuningConfig = Field(FineTuningConfig(), description="a second stage after the budget: "
+                                                                          "off unless enabled")
     dropout_samples: int = Field(1, ge=1, description="D of the multi-sample dropout objective")
     divergence_retries: int = Field(3, ge=0, description="restarts from the last good state before failing")
 
@@ -71,13 +74,16 @@ class Schedule(BaseModel):
     @model_serializer(mode="wrap")
     def _without_unused_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Leave `turns` out where another budget rules, so a dumped schedule validates again, and an unset
-        `validation_tokens`, so the schedule of a study stored before that field existed dumps as it was stored
-        (a relaunch continues a study only when its spec is identical)."""
+        `validation_tokens` and `fine_tuning` when off, so the schedule of a study (or the state of a run) stored
+        before those fields existed dumps as it was stored (a relaunch continues a study only when its spec is
+        identical, and a run resumes only with the configuration it was saved with)."""
         data = handler(self)
         if any(getattr(self, name) is not None for name in BUDGETS):
             data.pop("turns", None)
         if self.validation_tokens is None:
             data.pop("validation_tokens", None)
+        if not self.fine_tuning.enabled:
+            data.pop("fine_tuning", None)
         return data
 
 

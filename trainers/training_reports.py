@@ -49,6 +49,9 @@ class TurnReport:
     setup_seconds: float = 0.0
     """The first turn a process reports: wall-clock seconds it took to build the model, restore a resumed state
     and load the compiled kernels before training began; 0 on later turns."""
+    fine_tuning: bool = False
+    """A turn of the fine-tuning stage that follows the main budget (schedule `fine_tuning`); its `val_loss` is of the
+    average of every fine-tuning step so far."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """One training run as a single state: the model, the optimiser, the averaging strategy, the token
 stream, the carried hidden state, the random generators and the counters. `TrainingRun` takes
 optimisation steps in turns, evaluates, measures the budget used, detects divergence (NaN or
-infinite losses) and recovers from it, and saves, restores and resumes exactly.
+infinite losses) and recovers from it, moves on to fine-tuning when the schedule asks for it, and
+saves, restores and resumes exactly.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import torch
 from torch import Tensor
 
 from lm_tuner.models import LanguageModel, ModelConfig, detach_state
-from lm_tuner.trainers.averaging import Evaluated, Weights, make_averaging
+from lm_tuner.trainers.averaging import Averaging, Evaluated, Weights, make_averaging
 from lm_tuner.trainers.batching import TrainingStream, batchify
 from lm_tuner.trainers.checkpoint import load_training_state
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.evaluation import scored_tokens, streams_cross_entropy
+from lm_tuner.trainers.fine_tuning import FineTuningAveraging
 from lm_tuner.trainers.objective import activation_regularisation, multi_sample_nll
 from lm_tuner.trainers.stopwatch import Stopwatch
 from lm_tuner.trainers.temperature import searched_streams_cross_entropy
@@ -60,7 +62,7 @@ class TrainingRun:
         self.stream = TrainingStream(batchify(corpus.train, schedule.batch_size).to(device), schedule.bptt,
                                      variable_length=schedule.variable_bptt,
                                      generator=torch.Generator().manual_seed(config.seed))
-        self.averaging = make_averaging(schedule.averaging, self.params)
+        self.averaging: Averaging = make_averaging(schedule.averaging, self.params)
         validation = corpus.valid[:schedule.validation_tokens]  # the first N tokens, the same in every run
         self.validation_subset = validation.numel() < corpus.valid.numel()
         streams = subset_streams(validation.numel(), schedule.eval_batch_size) if self.validation_subset else \
@@ -70,6 +72,8 @@ class TrainingRun:
         self.hidden = self.model.initial_state(self.rows)
         self.step = self.turn = self.best_turn = self.divergences = 0
         self.best_val_loss = math.inf
+        self.best_weights: Weights | None = None  # kept only for fine-tuning to start from
+        self.fine_tuning_from: tuple[int, int] | None = None  # the step and turn the main training ended at
         self.reports: list[TurnReport] = []
         self.stopwatch = Stopwatch()
 
@@ -77,9 +81,18 @@ class TrainingRun:
     def learning_rate(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
+    @property
+    def fine_tuning(self) -> bool:
+        """Whether the run is in its fine-tuning stage."""
+        return self.fine_tuning_from is not None
+
     def progress(self) -> float:
-        """The fraction of the budget used so far."""
+        """The fraction of the budget used so far: of the fine-tuning stage's, while fine-tuning."""
         schedule = self.schedule
+        if self.fine_tuning_from is not None:
+            start_step, main_turns = self.fine_tuning_from
+            turns = schedule.fine_tuning.turns or main_turns
+            return (self.step - start_step) / (turns * schedule.steps_per_turn)
         if schedule.budget_seconds is not None:
             seconds = self.stopwatch.wall() if schedule.clock == "wall" else self.stopwatch.process()
             return seconds / schedule.budget_seconds
@@ -87,6 +100,42 @@ class TrainingRun:
             return self.stream.epochs / schedule.budget_epochs
         steps = schedule.budget_steps or schedule.turns * schedule.steps_per_turn
         return self.step / steps
+
+    def finished(self) -> bool:
+        """Whether the run is over: its budget used and no fine-tuning to follow, or fine-tuning stopped by its
+        trigger or its budget."""
+        if isinstance(self.averaging, FineTuningAveraging):
+            return self.averaging.stopped or self.progress() >= 1
+        return self.progress() >= 1 and not self.schedule.fine_tuning.enabled
+
+    def record_best(self, evaluated: Evaluated) -> None:
+        """`evaluated` scored the best validation loss so far (kept as the weights fine-tuning would start from)."""
+        self.best_val_loss, self.best_turn = evaluated.loss, self.turn
+        if self.schedule.fine_tuning.enabled and not self.fine_tuning:
+            if self.best_weights is None:
+                self.best_weights = [tensor.detach().clone() for tensor in evaluated.weights]
+            else:
+                torch._foreach_copy_(self.best_weights, evaluated.weights)
+
+    def start_fine_tuning_when_due(self) -> None:
+        """Once the main budget is used, when the schedule asks for fine-tuning: from the best weights, with a fresh
+        optimiser at the current learning rate, a fresh hidden state, and an average of every step from the first."""
+        if self.fine_tuning or not self.schedule.fine_tuning.enabled or self.progress() < 1:
+            return
+        assert self.best_weights is not None, "a finished main training has scored at least one turn"
+        with torch.no_grad():
+            torch._foreach_copy_(self.params, self.best_weights)
+        self.best_weights = None
+        self._enter_stage((self.step, self.turn))
+        self.hidden = self.model.initial_state(self.rows)
+
+    def _enter_stage(self, fine_tuning_from: tuple[int, int] | None) -> None:
+        """A fresh optimiser at the current learning rate and the averaging of the main training (None) or of
+        fine-tuning that began at (step, turn)."""
+        self.fine_tuning_from = fine_tuning_from
+        self.optimizer = make_optimizer(self.schedule.optimizer, self.params, self.learning_rate)
+        self.averaging = make_averaging(self.schedule.averaging, self.params) if fine_tuning_from is None else \
+            FineTuningAveraging(self.params, self.schedule.fine_tuning.interval)
 
     def train_turn(self) -> tuple[float, float]:
         """Steps until the turn (or the budget) ends: the mean training loss per token, and tokens per second."""
@@ -195,6 +244,8 @@ class TrainingRun:
             "turn": self.turn,
             "best_val_loss": self.best_val_loss,
             "best_turn": self.best_turn,
+            "best_weights": None if self.best_weights is None else [tensor.clone() for tensor in self.best_weights],
+            "fine_tuning_from": self.fine_tuning_from,
             "reports": [asdict(report) for report in self.reports],
             "divergences": self.divergences,
             "stopwatch": self.stopwatch.state_dict(),
@@ -202,6 +253,11 @@ class TrainingRun:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Everything that decides the numbers of the rest of the run (not the clocks, not the divergence count)."""
+        # a divergence in the first fine-tuning turn goes back to the main training's last state, which starts it anew
+        saved_start = state.get("fine_tuning_from")  # absent from states saved before fine-tuning existed
+        fine_tuning_from = None if saved_start is None else (saved_start[0], saved_start[1])
+        if fine_tuning_from != self.fine_tuning_from:
+            self._enter_stage(fine_tuning_from)  # the stage's optimiser and averaging, their state loaded below
         self.model.load_state_dict(state["weights"])
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # the optimiser would share its tensors
         self.averaging.load_state_dict(state["averaging"])
@@ -212,6 +268,9 @@ class TrainingRun:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.turn = state["step"], state["turn"]
         self.best_val_loss, self.best_turn = state["best_val_loss"], state["best_turn"]
+        best_weights = state.get("best_weights")
+        self.best_weights = None if best_weights is None else [tensor.to(self.device, copy=True)
+                                                               for tensor in best_weights]
         self.reports = [TurnReport(**report) for report in state["reports"]]
 
 

@@ -2,7 +2,9 @@
 
 Optuna's tables get states and values from the searcher; this adds the learning curve (one row per
 turn), the best checkpoint of each trial, what its evaluations cost and covered, and the reason a
-trial failed. It also warns, once per study, when evaluating takes a large share of a trial's time.
+trial failed. It also warns, once per study, when evaluating takes a large share of a trial's time: the warning is
+stored with the study (`tuner status`, `GET /studies/{name}`, and the launch's progress lines, which read it
+right after this callback) and logged (a worker's log).
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from sqlalchemy import delete, func, select
 
 from lm_tuner.tuner.run.reporting import FAILED
 from lm_tuner.tuner.store.engine import sessions
-from lm_tuner.tuner.store.schema import CheckpointRecord, TrialRecord, TurnRecord
+from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord
 
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
                "process_seconds", "averaging_length", "learning_rate", "epochs", "train_seconds", "eval_seconds",
                "val_tokens", "val_subset", "reversed_loss", "reversed_accuracy", "val_logit_scale",
-               "checkpoint_seconds", "setup_seconds")
+               "checkpoint_seconds", "setup_seconds", "fine_tuning")
 
 EVALUATION_SHARE_LIMIT = 0.25
 """Beyond this share of a trial's time spent evaluating, the study is warned about (once)."""
+
+EVALUATION_WARNING = "evaluation took"
+"""In the evaluation-share warning's text: a study that has it stored is not warned again (a resumed study)."""
+
+SHOWN_BY_PROGRESS = "shown_by_progress"
+"""On the log record of a warning that is also stored: a launch's progress lines show it, its log need not."""
 
 log = logging.getLogger("lm_tuner")
 
@@ -77,9 +85,23 @@ class StudyRecorder(Callback):
         self._warned_studies.add(record.study_name)
         fix = ("lower training.validation_tokens" if subset else
                "set training.validation_tokens to score a fixed subset of the validation split after each turn")
-        log.warning("study %r, family %r: evaluation took %.0f%% of trial %d's time so far (%.1f s of %.1f s), more "
-                    "than %.0f%%; %s, or raise training.steps_per_turn", record.study_name, record.family,
-                    100 * share, record.number, evaluating, evaluating + training, 100 * EVALUATION_SHARE_LIMIT, fix)
+        stage = "" if record.stage == "tune" else f"{record.stage} "
+        message = (f"study {record.study_name!r}, family {record.family!r}: {EVALUATION_WARNING} {share:.0%} of "
+                   f"{stage}trial {record.number}'s time so far ({evaluating:.1f} s of {evaluating + training:.1f} s), "
+                   f"more than {EVALUATION_SHARE_LIMIT:.0%}; {fix}, or raise training.steps_per_turn")
+        if self._stored(record.study_name, message):
+            log.warning("%s", message, extra={SHOWN_BY_PROGRESS: True})
+
+    def _stored(self, study_name: str, message: str) -> bool:
+        """Adds the warning to the study's; False if the study has one already (an earlier run of it warned)."""
+        with sessions(self._url).begin() as session:
+            study = session.scalar(select(StudyRecord).where(StudyRecord.name == study_name).with_for_update())
+            if study is None:
+                return True  # no study row to keep it on: the log still tells
+            if any(EVALUATION_WARNING in warning for warning in study.warnings or []):
+                return False
+            study.warnings = [*(study.warnings or []), message]  # a new list: JSON columns track assignment
+        return True
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         with sessions(self._url).begin() as session:

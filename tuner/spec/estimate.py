@@ -57,7 +57,8 @@ def validation_tokens_per_turn(schedule: Schedule, valid_tokens: int) -> int:
 
 
 def estimate_trial(schedule: Schedule, timing: ProbeTiming, size: CorpusSize) -> TrialEstimate:
-    """One trial's turns and seconds: steps at the probe's speed, plus an evaluation after every turn."""
+    """One trial's turns and seconds: steps at the probe's speed, plus an evaluation after every turn, and the
+    fine-tuning turns where it is on (all of its budget: the trigger may end it sooner)."""
     evaluation = timing.evaluation_seconds_per_token * validation_tokens_per_turn(schedule, size.valid_tokens)
     turn_training = schedule.steps_per_turn * timing.step_seconds
     if schedule.budget_seconds is not None:  # the budget counts evaluations too
@@ -68,6 +69,10 @@ def estimate_trial(schedule: Schedule, timing: ProbeTiming, size: CorpusSize) ->
         steps = _steps(schedule, size.train_tokens)
         turns = math.ceil(steps / schedule.steps_per_turn)
         trial = steps * timing.step_seconds + turns * evaluation
+    if schedule.fine_tuning.enabled:  # at most this many: the non-monotone trigger may stop it sooner
+        fine_tuning_turns = schedule.fine_tuning.turns or turns
+        turns += fine_tuning_turns
+        trial += fine_tuning_turns * (turn_training + evaluation)
     return TrialEstimate(step_seconds=timing.step_seconds, evaluation_seconds=evaluation, turns=turns,
                          trial_seconds=trial, evaluation_share=turns * evaluation / trial if trial else 0.0)
 

@@ -70,6 +70,7 @@ class StudyRecord(Base):
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     error: Mapped[str | None] = mapped_column(Text)
     artifact_root: Mapped[str | None] = mapped_column(Text)  # where its checkpoints are stored
+    warnings: Mapped[list[str] | None] = mapped_column(JSON)  # what its run warned about, e.g. evaluation's share
 
 
 class TrialCountRecord(Base):
@@ -149,6 +150,7 @@ class TurnRecord(Base):
     val_logit_scale: Mapped[float | None] = mapped_column(Float)  # val_loss was scored with logits times this
     checkpoint_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's checkpoint writes
     setup_seconds: Mapped[float | None] = mapped_column(Float)  # first turn of a process: model, state, kernels
+    fine_tuning: Mapped[bool | None] = mapped_column()  # a turn of the fine-tuning stage (training.fine_tuning)
 
 
 class CheckpointRecord(Base):
