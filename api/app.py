@@ -16,7 +16,7 @@ from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
 from lm_tuner.api.tuning_curves import router as tuning_curves_router
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -9,8 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.storage import Storage
-from lm_tuner.tuner.store.views import StudyView
+from lm_tuner.tuner.store import Storage, StudyView
 
 SESSION_COOKIE = "lmt_token"  # the dashboard's sign-in: the token in an HttpOnly, SameSite=Strict cookie
 _bearer = HTTPBearer(auto_error=False, description="a token from `tuner token create NAME`")

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.api.deps import SESSION_COOKIE, SettingsDep, SignInRequired
 from lm_tuner.dashboards import render
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 router = APIRouter(include_in_schema=False)
 

@@ -18,8 +18,7 @@ from lm_tuner.api.schemas import (
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.analysis.study_frames import study_unit, trial_evaluations
 from lm_tuner.tuner.settings import ArtifactRoot
-from lm_tuner.tuner.store.documents import TrialOut
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage, TrialOut
 
 router = APIRouter()
 NotFound = {404: {"description": "no such study or trial"}}

@@ -18,7 +18,7 @@ from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue
 from lm_tuner.tuner.spec.feasibility import submission_issues
 from lm_tuner.tuner.spec.issues import line_of
 from lm_tuner.tuner.spec.yaml_loader import load_document
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 router = APIRouter()
 SOURCE = "request body"

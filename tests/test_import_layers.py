@@ -26,6 +26,9 @@ LAYERS = {  # what each part of the project may import from the project
     "dashboards": {"models", "trainers", "tuner", "dashboards"},
     "api": {"models", "trainers", "tuner", "dashboards", "api"},
 }
+# Parts of the project that use the store through its public interface only (`from lm_tuner.tuner.store import
+# Storage`); tuner.run and tuner.analysis work with its tables and modules directly (tuner/store/__init__.py).
+STORE_USERS = ("api", "dashboards", "tuner.cli")
 WEB_DOORS = {("tuner/cli/serve.py", "api.app"),  # `tuner serve` starts the web application
              ("tuner/cli/curves.py", "dashboards.tuning_curves")}  # `tuner curves --figure` draws the page's figure
 
@@ -44,14 +47,45 @@ def _allowed(importer: str, imported: str) -> bool:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import in the file, at any depth (imports inside functions count too)."""
+    """(line, module) of every import in the file, at any depth (imports inside functions count too): relative
+    imports resolved against the file's package, and modules named by a string constant passed to
+    `importlib.import_module` (or `__import__`)."""
+    return _imports_in(path.read_text(), path)
+
+
+def _imports_in(source: str, path: Path) -> list[tuple[int, str]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            found += [(node.lineno, module) for module in _resolved(path, node)]
+        elif isinstance(node, ast.ImportFrom) and node.module:
             found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and _imports_by_name(node):
+            found.append((node.lineno, node.args[0].value))
     return found
+
+
+def _resolved(path: Path, node: ast.ImportFrom) -> list[str]:
+    """The absolute modules a relative import names, as installed (lm_tuner.…); `from . import x` names the
+    package's x. A relative import climbing above lm_tuner resolves to a name no rule allows."""
+    package = ["lm_tuner", *path.relative_to(ROOT).parent.parts]
+    if node.level > len(package):
+        return [f"{'.' * node.level}{node.module or ''} (above lm_tuner)"]
+    base = ".".join(package[:len(package) - node.level + 1])
+    if node.module:
+        return [f"{base}.{node.module}"]
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
+def _imports_by_name(node: ast.Call) -> bool:
+    """A call of import_module (any spelling: importlib.import_module, a bare import_module) or __import__ whose
+    first argument is a string constant."""
+    function = node.func
+    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+    return (name in ("import_module", "__import__") and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))
 
 
 def _project_files() -> list[Path]:
@@ -68,6 +102,9 @@ def test_imports_point_down_the_layers(path):
     importer = _module_of(path)
     wrong = []
     for line, module in _imports(path):
+        if module.startswith("."):
+            wrong.append(f"{line}: {module}; import lm_tuner.… absolutely")
+            continue
         if module.split(".")[0] in FOLDERS:
             wrong.append(f"{line}: {module} is not namespaced; import lm_tuner.{module}")
             continue
@@ -81,11 +118,45 @@ def test_imports_point_down_the_layers(path):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.parametrize("path", [p for p in _project_files() if _module_of(p).startswith(STORE_USERS)],
+                         ids=lambda path: str(path.relative_to(ROOT)))
+def test_the_store_is_used_through_its_package(path):
+    from lm_tuner.tuner import store
+
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "lm_tuner.tuner.store":
+            wrong += [f"{node.lineno}: {alias.name} is not in lm_tuner.tuner.store.__all__"
+                      for alias in node.names if alias.name not in store.__all__]
+    wrong += [f"{line}: {module}: import its names from lm_tuner.tuner.store"
+              for line, module in _imports(path) if module.startswith("lm_tuner.tuner.store.")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_store_exports_what_it_lists():
+    from lm_tuner.tuner import store
+
+    missing = [name for name in store.__all__ if not hasattr(store, name)]
+    assert not missing, f"lm_tuner.tuner.store lists {missing} but does not define them"
+
+
 def test_the_rule_catches_an_upward_arrow():
     assert not _allowed("models.cells", "trainers.training")
     assert not _allowed("tuner.store.trials", "tuner.run.trial")
     assert not _allowed("tuner.run.controller", "api.app")
     assert _allowed("api.routes", "tuner.store.studies") and _allowed("tuner.cli.reading", "tuner.analysis.comparison")
+
+
+def test_relative_and_dynamic_imports_are_seen():
+    queue = ROOT / "tuner" / "run" / "queue.py"
+    source = ("from ...api import app\nfrom . import stages\nfrom .trial import run_trial\n"
+              "import importlib\nimportlib.import_module('lm_tuner.api.app')\n"
+              "def late():\n    from importlib import import_module\n    return import_module('lm_tuner.dashboards')\n"
+              "from ....beyond import nothing\n")
+    assert sorted(_imports_in(source, queue)) == [
+        (1, "lm_tuner.api"), (2, "lm_tuner.tuner.run.stages"), (3, "lm_tuner.tuner.run.trial"), (4, "importlib"),
+        (5, "lm_tuner.api.app"), (7, "importlib"), (8, "lm_tuner.dashboards"), (9, "....beyond (above lm_tuner)"),
+    ]
 
 
 def test_no_family_is_named_outside_the_registry():

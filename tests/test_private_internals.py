@@ -3,11 +3,16 @@ and mean what the adapters assume. A release that changes one fails here, by nam
 
 from __future__ import annotations
 
+import logging
+
 import optuna
 from optuna.distributions import FloatDistribution
 from ray.tune.search.optuna import OptunaSearch
 
+from lm_tuner.tuner.run import ray_quiet
 from lm_tuner.tuner.store import optuna_internals
+
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"  # what ray_quiet.quiet_ray filters
 
 
 def test_optunas_tables_have_the_columns_the_queries_join():
@@ -47,3 +52,34 @@ def test_ray_optuna_search_keeps_the_state_the_study_searcher_reads(tmp_path):
     searcher.on_trial_complete("trial-1", {"loss": 0.5})
     assert "trial-1" in searcher._completed_trials
     assert storage.get_all_trials(storage.get_study_id_from_name("searched"))[0].value == 0.5
+
+
+def test_rays_token_auth_notice_comes_from_the_logger_and_text_ray_quiet_filters(monkeypatch):
+    from ray._private.authentication import authentication_token_setup
+
+    logger = logging.getLogger(RAY_AUTH_LOGGER)
+    assert authentication_token_setup.logger is logger, f"Ray moved its token-auth logger off {RAY_AUTH_LOGGER}"
+    seen = _Records()
+    logger.addHandler(seen)
+    for variable in ray_quiet.QUIET_ENVIRONMENT:  # quiet_ray sets them; restored after the test
+        monkeypatch.delenv(variable, raising=False)
+    try:
+        authentication_token_setup._warn_token_auth_enabled()
+        assert [r.getMessage() for r in seen.records if r.getMessage().startswith(ray_quiet.AUTH_NOTICE)], (
+            f"Ray's notice no longer starts with {ray_quiet.AUTH_NOTICE!r}: {[r.getMessage() for r in seen.records]}")
+        seen.records.clear()
+        ray_quiet.quiet_ray()
+        authentication_token_setup._warn_token_auth_enabled()
+        assert not seen.records, "ray_quiet.quiet_ray no longer drops Ray's token-auth notice"
+    finally:
+        logger.removeHandler(seen)
+        logger.removeFilter(ray_quiet._DROP_AUTH_NOTICE)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lm_tuner.tuner.settings import STORAGE_VARIABLE, Settings
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
                         no_args_is_help=True)
@@ -39,7 +39,7 @@ def token_create(name: Annotated[str, typer.Argument(help="who or what the token
                  storage: StorageOption = None) -> None:
     """Create a token and print it (it is stored hashed: this is the only time it is shown). Authentication is
     on from now on: every write needs a valid token, until `tuner auth off`."""
-    from lm_tuner.tuner.store.tokens import TokenError
+    from lm_tuner.tuner.store import TokenError
 
     try:
         print(_database(storage).create_token(name))
@@ -51,7 +51,7 @@ def token_create(name: Annotated[str, typer.Argument(help="who or what the token
 def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], storage: StorageOption = None) -> None:
     """Revoke a token; requests carrying it are refused from now on. Authentication stays on, also when no
     active token is left (then nobody can write until a new token is created)."""
-    from lm_tuner.tuner.store.tokens import TokenError
+    from lm_tuner.tuner.store import TokenError
 
     try:
         _database(storage).revoke_token(name)
@@ -81,7 +81,7 @@ def auth_status(storage: StorageOption = None) -> None:
 @auth_app.command("on")
 def auth_on(storage: StorageOption = None) -> None:
     """Turn authentication on again (needs an active token)."""
-    from lm_tuner.tuner.store.tokens import TokenError
+    from lm_tuner.tuner.store import TokenError
 
     try:
         _database(storage).set_auth(True)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
 from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec import SpecError, StudySpec

@@ -16,7 +16,7 @@ from rich.table import Table
 from lm_tuner.tuner.analysis.family_tallies import Tallies, rerun_counts, tally
 from lm_tuner.tuner.cli.common import duration_text, score_name
 from lm_tuner.tuner.spec.units import unit_of
-from lm_tuner.tuner.store.progress import StudyProgress
+from lm_tuner.tuner.store import StudyProgress
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from lm_tuner.tuner.cli.common import (
     settings_for_reading,
 )
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 
 def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: StorageOption = None) -> None:
     """Cancel a study: a queued one at once, a running one within seconds (its running trials stop, are
     marked failed and interrupted, and run again if the study is resumed)."""
-    from lm_tuner.tuner.store.lifecycle import StudyStateError
+    from lm_tuner.tuner.store import StudyStateError
 
     settings = settings_for_reading(storage)
     try:
@@ -38,7 +38,7 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
-    from lm_tuner.tuner.store.lifecycle import StudyStateError
+    from lm_tuner.tuner.store import StudyStateError
 
     settings = Settings.from_options(storage, artifacts)
     settings_for_reading(storage)

@@ -126,14 +126,10 @@ def sensitivity(
     for log-scaled ranges, clipped to the range), SEEDS seeds each, and print mean ± std of the validation
     score per value. Runs already made are reused. The dashboard plots the result at
     /dashboard/studies/NAME/sensitivity. Exit status: 0 done, 1 no such study, 2 a refused request."""
+    from lm_tuner.tuner.analysis.sensitivity import measured_effect
+    from lm_tuner.tuner.analysis.sensitivity import sensitivity_runs as runs_of
     from lm_tuner.tuner.run.controller import connect_ray
-    from lm_tuner.tuner.run.sensitivity import (
-        SensitivityError,
-        measured_effect,
-        plan_sensitivity,
-        run_queued_sensitivity,
-    )
-    from lm_tuner.tuner.run.sensitivity import sensitivity_runs as runs_of
+    from lm_tuner.tuner.run.sensitivity import SensitivityError, plan_sensitivity, run_queued_sensitivity
 
     settings = Settings.from_options(storage, artifacts, address)
     spec, _ = stored_study(settings, name, missing_exit=1)

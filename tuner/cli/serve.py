@@ -11,7 +11,7 @@ import typer
 
 from lm_tuner.tuner.cli.common import Artifacts, StorageOption, console, refuse, stop_process, stopping_cleanly
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage
 
 TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
 
@@ -44,7 +44,7 @@ def serve(
     import uvicorn
 
     from lm_tuner.api.app import create_app
-    from lm_tuner.tuner.store.tokens import TokenError
+    from lm_tuner.tuner.store import TokenError
 
     settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
     Storage(settings.storage_url).upgrade()

@@ -4,19 +4,17 @@ its searched range, several seeds per value — the effect measured, not read of
 The runs are queued as WAITING trials of the Optuna study `name/family/sensitivity` (one per family, so
 checkpoints never collide), tagged with the moved hyperparameter; whoever runs them — `tuner sensitivity`
 at once, or a `tuner worker` for a request made over REST — trains them through the same Ray Tune path
-as reruns. Asking twice queues nothing new.
+as reruns. Asking twice queues nothing new. What the runs found is read by `tuner.analysis.sensitivity`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import optuna
-import pandas as pd
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 from ray import tune
@@ -30,18 +28,13 @@ from lm_tuner.tuner.run.trial import run_trial
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, optuna_study_name, rerun_seed
-from lm_tuner.tuner.spec.units import unit_of
-from lm_tuner.tuner.store.engine import engine_for, optuna_storage, sessions
-from lm_tuner.tuner.store.optuna_internals import TrialParamModel, TrialUserAttributeModel, storage_trial_id
+from lm_tuner.tuner.store.engine import optuna_storage, sessions
+from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 SPAN = 0.15  # of the searched range, either side of the best value
 MOVED, MOVED_TO = "sensitivity_parameter", "sensitivity_value"  # user attributes of each run
 STAGE = "sensitivity"
-
-_params = TrialParamModel.__table__
-_user_attributes = TrialUserAttributeModel.__table__
-
 
 class SensitivityError(ValueError):
     """A request that cannot be served; the message names the field, the value and what is allowed."""
@@ -103,7 +96,7 @@ def plan_sensitivity(url: str, name: str, parameter: str, *, seeds: int, points:
     storage = optuna_storage(url)
     best_params = storage.get_trial(best[0].trial_id).params
     values = moved_values(space[parameter], best_params[parameter], points)
-    seed_list = [rerun_seed(spec, best[0].number, repeat) for repeat in range(seeds)]
+    seed_list = [rerun_seed(spec, repeat) for repeat in range(seeds)]
     study = optuna.create_study(study_name=optuna_study_name(name, family, STAGE), storage=storage,
                                 direction="minimize", load_if_exists=True)
     taken = {(t.user_attrs.get(MOVED_TO), t.user_attrs.get(SEED))
@@ -128,7 +121,7 @@ def run_queued_sensitivity(spec: StudySpec, settings: Settings, callbacks: Seque
     vocab_size = None
     for family in spec.families:
         optuna_name = optuna_study_name(spec.name, family, STAGE)
-        pending = _waiting(storage, optuna_name)
+        pending = queued_count(storage, optuna_name)
         if not pending:
             continue
         vocab_size = vocab_size or len(load_corpus(spec.dataset).vocabulary)
@@ -145,53 +138,15 @@ def run_queued_sensitivity(spec: StudySpec, settings: Settings, callbacks: Seque
     return ran
 
 
-def pending_runs(url: str, name: str, runs: pd.DataFrame) -> int:
-    """Sensitivity runs of the study still queued (any hyperparameter) or running (among `runs`)."""
-    storage = optuna_storage(url)
-    queued = sum(_waiting(storage, s.study_name) for s in storage.get_all_studies()
-                 if s.study_name.startswith(f"{name}/") and s.study_name.endswith(f"/{STAGE}"))
-    return queued + int((runs["state"] == "RUNNING").sum())
-
-
 def studies_with_queued_sensitivity(url: str) -> list[str]:
     """Names of studies with sensitivity runs waiting to be trained."""
     storage = optuna_storage(url)
     names = []
     for study in storage.get_all_studies():
         parts = study.study_name.split("/")
-        if len(parts) == 3 and parts[2] == STAGE and _waiting(storage, study.study_name):
+        if len(parts) == 3 and parts[2] == STAGE and queued_count(storage, study.study_name):
             names.append(parts[0])
     return sorted(set(names))
-
-
-def sensitivity_runs(url: str, name: str, parameter: str) -> pd.DataFrame:
-    """One row per sensitivity run of `parameter`: family, trial_id, state, value moved to, score."""
-    with sessions(url)() as session:
-        unit = unit_of(session.scalar(select(StudyRecord.spec).where(StudyRecord.name == name)))
-    moved = (select(_user_attributes.c.trial_id).where(_user_attributes.c.key == MOVED,
-                                                       _user_attributes.c.value_json == json.dumps(parameter))
-             .subquery())
-    query = (select(TrialRecord.family, TrialRecord.trial_id, TrialRecord.state, TrialRecord.seed,
-                    _params.c.param_value, _params.c.distribution_json, TrialRecord.value)
-             .join(moved, moved.c.trial_id == TrialRecord.trial_id)
-             .join(_params, (_params.c.trial_id == TrialRecord.trial_id) & (_params.c.param_name == parameter))
-             .where(TrialRecord.study_name == name, TrialRecord.stage == STAGE)
-             .order_by(TrialRecord.trial_id))
-    with engine_for(url).connect() as connection:
-        rows = [tuple(row) for row in connection.execute(query)]
-    frame = pd.DataFrame(rows, columns=["family", "trial_id", "state", "seed", "internal", "distribution", "loss"])
-    frame["value"] = [optuna.distributions.json_to_distribution(d).to_external_repr(v)
-                      for v, d in zip(frame["internal"], frame["distribution"], strict=True)]
-    frame["score"] = unit.convert(frame["loss"].astype(float))
-    return frame.drop(columns=["internal", "distribution", "loss"])
-
-
-def measured_effect(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per family and moved value: mean and sample std of the complete runs' scores, and how many ran."""
-    complete = runs[runs["state"] == "COMPLETE"]
-    summary = (complete.groupby(["family", "value"])["score"].agg(["mean", "std", "count"]).reset_index())
-    summary["std"] = summary["std"].fillna(0.0)
-    return summary
 
 
 def _best_family(url: str, spec: StudySpec) -> str:
@@ -199,7 +154,8 @@ def _best_family(url: str, spec: StudySpec) -> str:
     return min(best)[1] if best else spec.families[0]
 
 
-def _waiting(storage: optuna.storages.BaseStorage, optuna_name: str) -> int:
+def queued_count(storage: optuna.storages.BaseStorage, optuna_name: str) -> int:
+    """Trials of the Optuna study `optuna_name` waiting to be trained (0 if there is no such study)."""
     try:
         study_id = storage.get_study_id_from_name(optuna_name)
     except KeyError:

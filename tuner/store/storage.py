@@ -18,7 +18,7 @@ from lm_tuner.tuner.store import engine, lifecycle
 from lm_tuner.tuner.store import studies as study_queries
 from lm_tuner.tuner.store import tokens as token_table
 from lm_tuner.tuner.store import trials as trial_queries
-from lm_tuner.tuner.store.schema import ApiToken, TurnRecord
+from lm_tuner.tuner.store.schema import ApiToken, TrialRecord, TurnRecord
 from lm_tuner.tuner.store.views import Page, StudyView, TrialView
 
 TrialSort = Literal["number", "value", "family", "state", "started"]
@@ -51,6 +51,10 @@ class Storage:
     def study(self, name: str) -> StudyView | None:
         return study_queries.get_study(self.url, name)
 
+    def warnings(self, name: str) -> list[str]:
+        """What the study's run has warned about so far, oldest first."""
+        return study_queries.stored_warnings(self.url, name)
+
     def study_exists(self, name: str) -> bool:
         return study_queries.study_exists(self.url, name)
 
@@ -82,6 +86,11 @@ class Storage:
 
     def trial(self, trial_id: int) -> TrialView | None:
         return trial_queries.get_trial(self.url, trial_id)
+
+    def trial_record(self, trial_id: int) -> TrialRecord | None:
+        """The trial's own row (its outcome, as the recorder stored it), without the joins of `trial`."""
+        with engine.sessions(self.url)() as session:
+            return session.get(TrialRecord, trial_id)
 
     def learning_curve(self, trial_id: int) -> list[TurnRecord]:
         return trial_queries.learning_curve(self.url, trial_id)
