@@ -15,17 +15,15 @@ from lm_tuner.api.deps import SESSION_COOKIE, Reader, SettingsDep, study_or_404
 from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
 from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
+from lm_tuner.tuner.analysis.study_facts import unigram_baseline
 from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
-from lm_tuner.tuner.run.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.shipped import shipped_spaces
 from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import Unit, unit_of
-from lm_tuner.tuner.store.documents import StudyOut, TrialOut
-from lm_tuner.tuner.store.schema import STUDY_STATUSES
-from lm_tuner.tuner.store.storage import Storage
-from lm_tuner.tuner.store.views import TRIAL_STATES, StudyView
+from lm_tuner.tuner.store import STUDY_STATUSES, TRIAL_STATES, Storage, StudyOut, StudyView, TrialOut
 
 router = APIRouter(include_in_schema=False)
 
@@ -152,8 +150,10 @@ def static(filename: str) -> FileResponse:
 def _study(found: StudyView) -> dict[str, Any]:
     unit = unit_of(found.spec)
     best = None if found.best is None else unit.of(found.best.value)
+    baseline = unigram_baseline(found.spec)
     return {**StudyOut.of(found).model_dump(), "unit": unit.name, "unit_title": unit.title, "best_score": best,
-            "best_possible_score": unit.of(found.best_possible_loss)}
+            "best_possible_score": unit.of(found.best_possible_loss), "warnings": found.warnings,
+            "unigram_score": unit.of(baseline.loss), "unigram_unknown_because": baseline.unknown_because}
 
 
 def _studies(config: Settings, status_filter: str | None, family: str | None, q: str | None,

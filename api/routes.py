@@ -20,13 +20,20 @@ from lm_tuner.api.schemas import (
 )
 from lm_tuner.dashboards import figure_json, non_dominated, pareto_figure
 from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.study_facts import unigram_baseline
 from lm_tuner.tuner.analysis.study_frames import study_unit
 from lm_tuner.tuner.analysis.trial_frames import pareto_frame
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store.documents import StudyDetailOut, StudyOut, TrialOut
-from lm_tuner.tuner.store.lifecycle import StudyStateError
-from lm_tuner.tuner.store.storage import Storage
-from lm_tuner.tuner.store.views import Page, TrialView
+from lm_tuner.tuner.store import (
+    BaselineOut,
+    Page,
+    Storage,
+    StudyDetailOut,
+    StudyOut,
+    StudyStateError,
+    TrialOut,
+    TrialView,
+)
 
 PARETO_AXES = {
     "params": ("parameter_count", "trainable parameters"),
@@ -68,8 +75,19 @@ async def studies(
 @router.get("/studies/{name}", response_model=StudyDetailOut, tags=["studies"], dependencies=[Reader],
             responses={**NotFound, **Unauthorized})
 async def study(name: StudyName, config: SettingsDep) -> StudyDetailOut:
-    """Status, trial counts by state, progress and ETA, the best trial, and the spec as submitted."""
-    return StudyDetailOut.of(await run_in_threadpool(study_or_404, config, name))
+    """Status, trial counts by state, progress and ETA, the best trial, the spec as submitted, what its run warned
+    about and the unigram baseline of its corpus."""
+    return await run_in_threadpool(_study_detail, config, name)
+
+
+def _study_detail(config: Settings, name: str) -> StudyDetailOut:
+    found = study_or_404(config, name)
+    return StudyDetailOut.of(found, baseline_of(found.spec))
+
+
+def baseline_of(spec: dict) -> BaselineOut:
+    """The unigram baseline of a stored spec's corpus (read here; a registered dataset only if downloaded)."""
+    return BaselineOut(**asdict(unigram_baseline(spec)))
 
 
 @router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
@@ -166,8 +184,14 @@ def _pareto(config: Settings, name: str, x: str) -> ParetoOut:
 async def compare(name: StudyName, config: SettingsDep) -> ComparisonOut:
     """The families side by side (Table 2.1 of the paper): the best tuning run, then validation and test
     with and without Monte-Carlo dropout and dynamic evaluation as mean ± std over the final models (the
-    reruns), which stage-2 trial each dynamic result came from, and the winner by the rerun mean."""
-    found = await run_in_threadpool(comparison, config.storage_url, name)
+    reruns), which stage-2 trial each dynamic result came from, the winner by the rerun mean, and the unigram
+    baseline of the corpus."""
+    return await run_in_threadpool(_comparison, config, name)
+
+
+def _comparison(config: Settings, name: str) -> ComparisonOut:
+    found = comparison(config.storage_url, name)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
-    return ComparisonOut.model_validate(asdict(found))
+    baseline = baseline_of(study_or_404(config, name).spec)
+    return ComparisonOut.model_validate(asdict(found) | {"unigram_baseline": baseline})

@@ -15,13 +15,11 @@ from lm_tuner.api.schemas import (
     SpecIssueOut,
     SubmittedOut,
 )
-from lm_tuner.trainers.datasets import known_vocabulary_size
+from lm_tuner.api.submission_checks import data_checks
 from lm_tuner.tuner.run.controller import StudyConflict
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
-from lm_tuner.tuner.spec.feasibility import submission_issues
-from lm_tuner.tuner.spec.plan import study_warnings
 
 router = APIRouter()
 SPEC_BODY = {"requestBody": {"required": True, "content": {
@@ -52,10 +50,9 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 
 async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
-    """Validate a spec document and queue its study, with the plan's warnings (those the vocabulary the spec fixes
-    allows); SpecError names `source`, 409 for a taken name."""
-    spec, document = await run_in_threadpool(_submitted_spec, body, source)
-    warnings = await run_in_threadpool(study_warnings, spec, known_vocabulary_size(spec.dataset))
+    """Validate a spec document against its data and queue its study, with the plan's warnings; SpecError names
+    `source` (also for data that cannot be read), 409 for a taken name."""
+    spec, document, warnings = await run_in_threadpool(_submitted_spec, body, source)
     try:
         await run_in_threadpool(submit_study, config.storage_url, spec, document)
     except StudyConflict as error:
@@ -70,14 +67,15 @@ def spec_errors(error: SpecError) -> JSONResponse:
                         content={"detail": [issue.model_dump() for issue in issues]})
 
 
-def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str]:
-    """The spec of a request body and its text, or SpecError (with what a queued study would certainly fail on).
-    Run in the thread pool: however the body is made, the event loop keeps answering while it is read."""
+def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str, list[str]]:
+    """The spec of a request body, its text and the plan's warnings, or SpecError (with what a queued study would
+    certainly fail on). Run in the thread pool: however the body is made, and however long its data takes to read,
+    the event loop keeps answering."""
     spec, document = parsed_spec(body, source)
-    issues = submission_issues(spec)
+    issues, warnings = data_checks(spec)
     if issues:
         raise SpecError(issues, source)
-    return spec, document
+    return spec, document, warnings
 
 
 def parsed_spec(body: bytes, source: str) -> tuple[StudySpec, str]:

@@ -130,3 +130,13 @@ def test_wrong_options_name_what_is_allowed(tmp_path: Path) -> None:
     one_line_error(check(str(folder), "--format", "text", "--level", "words"), "--level", "'word' or 'char'")
     one_line_error(check(str(folder), "--format", "text", "--min-count", "0"), "--min-count", "greater than or equal")
     one_line_error(check(str(folder), "--format", "ptb", "--level", "char"), "with --format text only")
+
+
+def test_a_file_given_as_the_folder_and_an_empty_own_file_get_advice_that_fits(tmp_path: Path) -> None:
+    folder = write_text_corpus(tmp_path / "mine")
+    one_line_error(check(str(folder / "train.txt"), "--format", "text"), "train.txt: is a file, not a folder",
+                   "format text needs train.txt, valid.txt, test.txt")
+    (folder / "test.txt").write_text("")
+    empty = check(str(folder), "--format", "text")
+    one_line_error(empty, "split 'test'", "is empty; put the split's text in it")
+    assert "cache" not in empty.output and "downloaded" not in empty.output  # the user's own file: never fetched

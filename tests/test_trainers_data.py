@@ -124,6 +124,18 @@ def test_text_format_fields_name_what_is_allowed() -> None:
         read_corpus({}, "lines", "error", "rare", min_count=2)
 
 
+def test_a_relative_folder_is_stored_absolute_and_read_from_any_working_directory(tmp_path, monkeypatch) -> None:
+    """Trials read the data in Ray workers, whose working directory is not the launching one."""
+    write_ptb(tmp_path / "corpus")
+    monkeypatch.chdir(tmp_path)
+    local = dataset_from_dict({"path": "corpus", "format": "ptb"})
+    text = dataset_from_dict({"path": "./corpus", "format": "text"})
+    assert local.path == text.path == str(tmp_path / "corpus")
+    assert dataset_from_dict(local.model_dump()) == local  # a stored spec validates to itself
+    monkeypatch.chdir("/")
+    assert load_corpus(dataset_from_dict(local.model_dump())).train.numel() == 8
+
+
 def test_a_local_folder_is_verified_against_its_sha256sums(tmp_path: Path) -> None:
     folder = write_ptb(tmp_path)
     (folder / CHECKSUMS).write_text(f"{'0' * 64}  ptb.train.txt\n")

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 from lm_tuner.trainers.checksums import CHECKSUMS, verify_checksums
@@ -33,6 +33,14 @@ LOCAL_FORMATS = (*typing.get_args(FormatName), TEXT_FORMAT)
 
 PTB_VOCABULARY_SIZE = 10_000
 """Word types of the pinned PTB training split with <eos>; its validation and test words all occur in it."""
+
+def _absolute(path: str) -> str:
+    """A dataset folder as an absolute path: trials read it in processes (Ray workers) with working directories of
+    their own, so a relative path is taken from the working directory of the process that reads the spec."""
+    return str(Path(path).expanduser().absolute()) if path else path
+
+
+FolderPath = Annotated[str, AfterValidator(_absolute)]
 
 _UNKNOWN_TOKENS = Field(
     "error", description="validation/test tokens missing from the training split: error, unk (map to <unk>), "
@@ -53,7 +61,8 @@ class LocalDatasetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str = Field(..., description="folder holding the files of the format")
+    path: FolderPath = Field(..., description="folder holding the files of the format; a relative path is taken "
+                                              "from the working directory and stored absolute")
     format: FormatName
     unknown_tokens: UnknownTokens = _UNKNOWN_TOKENS
 
@@ -67,7 +76,8 @@ class TextDatasetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str = Field(..., description="folder holding train.txt, valid.txt and test.txt")
+    path: FolderPath = Field(..., description="folder holding train.txt, valid.txt and test.txt; a relative path is "
+                                              "taken from the working directory and stored absolute")
     format: Literal["text"]
     level: Literal["word", "char"] = Field("word", description="word: whitespace-separated words; char: characters "
                                                                "(see Dataset formats)")

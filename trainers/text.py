@@ -187,9 +187,17 @@ def _encode(tokeniser: Tokeniser, source: TextSource, index: dict[str, int], unk
             f"the vocabulary from all splits"
         )
     if not (stream != index.get(EOS, -1)).any():
-        raise ValueError(f"dataset {where} is empty; replace the file (or delete it from the cache so that it is "
-                         f"downloaded again)")
+        raise ValueError(f"dataset {where} is empty; {_refill_advice(source.path)}")
     return stream
+
+
+def _refill_advice(path: Path) -> str:
+    """What to do about an empty split file: a downloaded one is fetched again once deleted, a user's own is not."""
+    from lm_tuner.trainers.registry import default_cache_dir
+
+    if path.resolve().is_relative_to(default_cache_dir().resolve()):
+        return "delete the file from the dataset cache so that it is downloaded again"
+    return "put the split's text in it"
 
 
 @contextmanager

@@ -61,6 +61,10 @@ class FamilyResult:
     valid_from: str | None = None
     reruns_planned: int | None = None  # None: the spec asks for no reruns
     reruns_finished: int | None = None
+    # reverse-copy tasks: over the final models, the best turn's loss (nats/token) and accuracy on the reversed
+    # halves, the part that measures memory; None for other corpora
+    reversed_loss: Estimate | None = None
+    reversed_accuracy: Estimate | None = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,11 @@ def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: Fami
                         [t.trial_id for t in finals], lineage=lineage, valid_from=valid_from,
                         best_tuning_full=None if best_full is None else convert(best_full),
                         reruns_planned=None if reruns is None else reruns.planned,
-                        reruns_finished=None if reruns is None else reruns.finished, **estimates)
+                        reruns_finished=None if reruns is None else reruns.finished,
+                        reversed_loss=_estimate([t.reversed_loss for t in finals if t.reversed_loss is not None]),
+                        reversed_accuracy=_estimate([t.reversed_accuracy for t in finals
+                                                     if t.reversed_accuracy is not None]),
+                        **estimates)
 
 
 def _estimate(values: list[float]) -> Estimate | None:

@@ -42,6 +42,9 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
     for header, name in later.items():  # the evaluations the study has made (an empty column says nothing)
         if any(getattr(row, name) is not None for row in found.families):
             columns[header] = lambda row, name=name: cell(getattr(row, name))
+    if any(row.reversed_loss is not None for row in found.families):  # a reverse-copy task: memory, measured
+        columns["reversed half: loss"] = lambda row: _mean(row.reversed_loss, "{:.3f}")
+        columns["accuracy"] = lambda row: _mean(row.reversed_accuracy, "{:.1%}")
     table = Table("family", *columns, title=f"{found.study}: {found.unit}, {over}{provisional}")
     for row in found.families:
         table.add_row(row.family, *(show(row) for show in columns.values()))
@@ -49,6 +52,9 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
     notes = ["n: the final models (seeds) a mean is over"]
     if any(header.startswith(("MC", "dyneval")) for header in columns):
         notes.append("MC: Monte-Carlo dropout; dyneval: dynamic evaluation")
+    if "accuracy" in columns:
+        notes.append("reversed half: the second half of each reverse-copy example, predicted from memory alone; its "
+                     "loss (nats per token) and the share of its symbols predicted, at each model's best turn")
     if any(row.valid_from == "training" for row in found.families):
         notes.append(f"{TRAINING_MARK}: validation ({found.tuning_validation}) as scored during training; the test "
                      f"protocol has not scored these models")
@@ -63,3 +69,11 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
         console.print(f"winner: [bold]{found.winner}[/bold] (by the {found.winner_by})")
     else:
         console.print(found.verdict, style="yellow", markup=False)
+
+
+def _mean(estimate: Estimate | None, number: str) -> str:
+    """`estimate` as `number` formats a value: mean ± sd (n), or "-"."""
+    if estimate is None:
+        return "-"
+    spread = f" ± {number.format(estimate.std)}" if estimate.count > 1 else ""
+    return f"{number.format(estimate.mean)}{spread} (n={estimate.count})"

@@ -134,6 +134,8 @@ def _local_config(folder: Path, data_format: str, level: str | None, min_count: 
 
 def _folder_problem(folder: Path, data_format: str, files: tuple[str, ...]) -> str | None:
     needs = f"format {data_format} needs {', '.join(files)}"
+    if folder.is_file():
+        return f"{folder}: is a file, not a folder; give the folder that holds the split files ({needs})"
     if not folder.is_dir():
         return f"{folder}: no such folder; {needs}"
     try:

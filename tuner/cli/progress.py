@@ -8,6 +8,7 @@ read from the database through tuner.store, as the API and the dashboard read th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,17 +16,16 @@ from typing import Any
 
 from ray.tune import Callback
 from rich.console import Console
+from rich.markup import escape
 
 from lm_tuner.tuner.analysis.family_tallies import family_tallies
 from lm_tuner.tuner.cli.common import duration_text, score_name
 from lm_tuner.tuner.cli.live_board import Board
 from lm_tuner.tuner.cli.live_display import ProgressDisplay
+from lm_tuner.tuner.run.recorder import SHOWN_BY_PROGRESS
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.units import Unit, unit_of
-from lm_tuner.tuner.store.engine import sessions
-from lm_tuner.tuner.store.progress import StudyProgress
-from lm_tuner.tuner.store.schema import TrialRecord
-from lm_tuner.tuner.store.storage import Storage
+from lm_tuner.tuner.store import Storage, StudyProgress, TrialRecord
 
 OUTCOMES = {"COMPLETE": "[green]complete[/green]", "PRUNED": "[yellow]pruned[/yellow]", "FAIL": "[red]failed[/red]"}
 INTERRUPTED = "[yellow]interrupted[/yellow]"  # failed because the run stopped; a resume runs it again
@@ -37,8 +37,17 @@ def live_progress(storage_url: str, spec: StudySpec, console: Console | None = N
     """The callback to give the study's run, with the live board shown until the block ends."""
     spec_data = spec.model_dump(mode="json")
     display = ProgressDisplay(Board(spec_data, clock), console or Console(highlight=False), clock)
-    with display:
-        yield ProgressPrinter(storage_url, spec.name, display)
+    shown = logging.getLogger("lm_tuner")
+    shown.addFilter(_shown_by_progress)  # the printer prints the study's warnings as they are stored
+    try:
+        with display:
+            yield ProgressPrinter(storage_url, spec.name, display)
+    finally:
+        shown.removeFilter(_shown_by_progress)
+
+
+def _shown_by_progress(record: logging.LogRecord) -> bool:
+    return not getattr(record, SHOWN_BY_PROGRESS, False)
 
 
 class ProgressPrinter(Callback):
@@ -52,6 +61,7 @@ class ProgressPrinter(Callback):
         self._settled_before: dict[str, int] | None = None  # per stage, when this run's first trial started
         self._outcomes = {"complete": 0, "pruned": 0, "failed": 0, "interrupted": 0}
         self._best: tuple[float, str] | None = None
+        self._warnings_shown: int | None = None  # of the study's stored warnings; earlier runs' are not repeated
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_display": None}  # Ray pickles callbacks; the display lives in this process only
@@ -77,6 +87,11 @@ class ProgressPrinter(Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if self._display is not None:
             self._display.board.trial_reported(trial.config["optuna_trial_id"], result)
+        self._begin()
+        warnings = Storage(self._url).warnings(self._study)  # the recorder, called first, stores them
+        for warning in warnings[self._warnings_shown:]:
+            self._print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        self._warnings_shown = len(warnings)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finished(trial)
@@ -90,6 +105,7 @@ class ProgressPrinter(Callback):
             return
         study = Storage(self._url).study(self._study)
         self._unit = unit_of(study.spec)
+        self._warnings_shown = len(study.warnings)
         progress = study.progress
         self._settled_before = {stage.stage: stage.settled for stage in progress.stages}
         if progress.settled:
@@ -136,8 +152,7 @@ class ProgressPrinter(Callback):
         return Storage(self._url).study(self._study).progress
 
     def _record(self, trial: Any) -> TrialRecord:
-        with sessions(self._url)() as session:
-            return session.get(TrialRecord, trial.config["optuna_trial_id"])
+        return Storage(self._url).trial_record(trial.config["optuna_trial_id"])
 
     def _label(self, trial: Any, record: TrialRecord) -> str:
         stage = "" if record.stage == "tune" else f"/{record.stage}"

@@ -3,7 +3,7 @@
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -17,12 +17,15 @@ from lm_tuner.tuner.cli.common import (
     fail,
     no_such_study,
     refuse,
+    score_name,
     settings_for_reading,
 )
 from lm_tuner.tuner.cli.status_report import print_study
-from lm_tuner.tuner.settings import artifact_root
-from lm_tuner.tuner.store.storage import Storage
-from lm_tuner.tuner.store.views import TrialView
+from lm_tuner.tuner.settings import ArtifactRoot, artifact_root
+from lm_tuner.tuner.store import Storage, TrialView
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec.units import Unit
 
 __all__ = ["best", "compare", "export", "list_command", "print_study", "status"]
 
@@ -44,7 +47,7 @@ def status(
 
 def list_command(storage: StorageOption = None, json_output: JsonOutput = False) -> None:
     """List studies, newest first."""
-    from lm_tuner.tuner.store.documents import StudyOut
+    from lm_tuner.tuner.store import StudyOut
 
     settings = settings_for_reading(storage)
     studies = Storage(settings.storage_url).studies().items
@@ -69,20 +72,24 @@ def best(
     = None,
     json_output: JsonOutput = False,
 ) -> None:
-    """The best complete trial of each family: value, hyperparameters, size and checkpoint (in the artifact store
-    the study ran with, unless --artifacts names another)."""
-    from lm_tuner.tuner.store.documents import TrialOut
+    """The best complete trial of each family: value (on the validation set tuning scored, and on the whole set
+    where it was rescored after tuning), hyperparameters, size and checkpoint (in the artifact store the study ran
+    with, unless --artifacts names another)."""
+    from lm_tuner.tuner.analysis.study_facts import validation_label
+    from lm_tuner.tuner.spec.units import unit_of
 
     settings = settings_for_reading(storage)
     found = Storage(settings.storage_url).best_trials(name)
     if found is None:
         no_such_study(settings, name, 1)
+    spec = Storage(settings.storage_url).study(name).spec
+    label, unit = validation_label(spec), unit_of(spec)
     root = artifact_root(artifacts) if artifacts else \
         Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
     copies = {family: _download(root / trial.checkpoint.path, trial, download)
               for family, trial in found.items() if download and trial and trial.checkpoint}
     if json_output:
-        print(json.dumps({family: TrialOut.of(trial).model_dump(mode="json") if trial else None
+        print(json.dumps({family: _best_document(trial, label, root) if trial else None
                           for family, trial in found.items()}, indent=2))
         return
     for family, trial in found.items():
@@ -92,14 +99,34 @@ def best(
         checkpoint = root / trial.checkpoint.path if trial.checkpoint else "none"
         if trial.checkpoint and not artifact_store.exists(checkpoint):
             checkpoint = f"{checkpoint} (missing: give the artifact store with --artifacts)"
-        console.print(f"[bold]{family}[/bold] #{trial.number}: val ppl {trial.perplexity:.3f} "
-                      f"(cross-entropy {trial.value:.4f} nats), {trial.parameter_count:,} parameters, "
-                      f"hidden {trial.hidden_size}, seed {trial.seed}")
+        console.print(f"[bold]{family}[/bold] #{trial.number}: {score_name(unit)} ({label}) "
+                      f"{unit.of(trial.value):.3f} (cross-entropy {trial.value:.4f} nats){_full_score(trial, unit)}, "
+                      f"{trial.parameter_count:,} parameters, hidden {trial.hidden_size}, seed {trial.seed}")
         for key, value in trial.params.items():
             console.print(f"    {key} = {value}")
         console.print(f"    checkpoint {checkpoint}")
         if family in copies:
             console.print(f"    downloaded to {copies[family]}")
+
+
+def _full_score(trial: TrialView, unit: "Unit") -> str:
+    """Where tuning scored a validation subset: the checkpoint's score on the whole set, or why there is none."""
+    if not trial.val_subset:
+        return ""
+    if trial.full_value is None:
+        return "; full set: not scored yet (the best trials are rescored once tuning is over)"
+    return f"; full set {unit.of(trial.full_value):.3f}"
+
+
+def _best_document(trial: TrialView, label: str, root: ArtifactRoot) -> dict[str, Any]:
+    """A best trial as `--json` gives it: the REST API's trial, which validation set `value` is on, and the
+    checkpoint's location in the artifact store (a file path, or an object-storage URL) beside its REST URL."""
+    from lm_tuner.tuner.store import TrialOut
+
+    document = TrialOut.of(trial).model_dump(mode="json") | {"validation": label}
+    if trial.checkpoint is not None:
+        document["checkpoint"]["path"] = str(root / trial.checkpoint.path)
+    return document
 
 
 def _download(checkpoint: artifact_store.Location, trial: TrialView, folder: Path) -> Path:

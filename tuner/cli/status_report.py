@@ -14,9 +14,7 @@ from lm_tuner.tuner.analysis.study_facts import Baseline, is_provisional, unigra
 from lm_tuner.tuner.cli.common import console, duration_text, score_name, unclipped
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
-from lm_tuner.tuner.store.documents import StudyDetailOut, TrialOut
-from lm_tuner.tuner.store.storage import Storage
-from lm_tuner.tuner.store.views import StudyView, TrialView
+from lm_tuner.tuner.store import BaselineOut, Storage, StudyDetailOut, StudyView, TrialOut, TrialView
 
 SHOWN_PER_FAMILY = 5  # ranked trials of each family shown without --all
 
@@ -32,10 +30,9 @@ def print_study(settings: Settings, name: str, *, as_json: bool = False, every_t
     tallies = family_tallies(url, name)
     baseline = unigram_baseline(study.spec)
     if as_json:
-        payload = StudyDetailOut.of(study).model_dump(mode="json")
+        payload = StudyDetailOut.of(study, BaselineOut(**asdict(baseline))).model_dump(mode="json")
         payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in Storage(url).trials(name).items]
         payload |= {"provisional": is_provisional(study.status), "tuning_validation": validation_label(study.spec),
-                    "unigram_baseline": asdict(baseline),
                     "families_tuning": {family: asdict(tally(tallies, family, "tune")) for family in study.families}}
         print(json.dumps(payload, indent=2))
         return True
@@ -69,6 +66,8 @@ def _print_heading(study: StudyView, unit: Unit, baseline: Baseline) -> None:
         console.print(f"unigram baseline: {score_name(unit)} {unit.of(baseline.loss):.3f} (word frequencies alone)")
     if study.error:
         console.print(study.error, style="red", markup=False)  # stored text: never read as markup
+    for warning in study.warnings:
+        console.print(f"warning: {warning}", style="yellow", markup=False)
 
 
 def _print_families(study: StudyView, tallies, best: dict[str, TrialView | None], unit: Unit) -> None:

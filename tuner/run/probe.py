@@ -8,27 +8,38 @@ vocabulary size; only the corpus's sizes matter, read from the configuration whe
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
-from lm_tuner.trainers import Corpus, Vocabulary, load_corpus
+from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
 from lm_tuner.trainers.datasets import known_vocabulary_size
-from lm_tuner.trainers.training_run import TrainingRun
+from lm_tuner.trainers.evaluation import TEMPERATURE_TOKENS, streams_cross_entropy
+from lm_tuner.trainers.temperature import searched_streams_cross_entropy
+from lm_tuner.trainers.training_run import TrainingRun, subset_streams
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.estimate import CorpusSize, Machine, ProbeTiming, known_corpus_size, with_estimates
+from lm_tuner.tuner.spec.estimate import (
+    CorpusSize,
+    Machine,
+    ProbeTiming,
+    known_corpus_size,
+    validation_tokens_per_turn,
+    with_estimates,
+)
 from lm_tuner.tuner.spec.plan import FamilyPlan, StudyPlan, plan_study
 from lm_tuner.tuner.spec.space import trial_setup
 
 PROBE_SECONDS = 10.0
 TRAINING_SHARE = 0.6  # of each family's probe time; the rest times evaluation
 MAX_TIMED_RUNS = 50  # training steps or evaluations
-EVALUATION_WINDOWS = 1  # per evaluation stream of the probe's validation split
+EVALUATION_WINDOWS = 4  # per validation stream, at most: the probe scores the turns' streams, this far along
 _PROBING = threading.Lock()
 
 
@@ -91,21 +102,108 @@ def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: flo
 
 def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds: float,
                  device: torch.device) -> ProbeTiming:
-    """Time training steps for TRAINING_SHARE of `seconds`, then evaluations for the rest. The first of each warms
-    up (kernels are built and memory allocated) and is left out where there are others; a shape so slow that one
-    step outlasts the time is measured on that one step and one evaluation."""
+    """Time training steps for TRAINING_SHARE of `seconds`, then turns' evaluations for the rest. The first of each
+    warms up (kernels are built and memory allocated) and is left out where there are others; a shape so slow that
+    one step outlasts the time is measured on that one step and one evaluation."""
     setup = trial_setup(spec, family.family, family.median_point, size.vocab_size, seed=spec.tuning.seed)
-    schedule = setup.training.schedule.model_copy(update={"steps_per_turn": 1})  # a turn is one step
+    layout = ValidationLayout.of(spec.training, size.valid_tokens)
+    # A turn is one step; the validation split is the turns' streams, EVALUATION_WINDOWS windows long at most.
+    schedule = setup.training.schedule.model_copy(update={"steps_per_turn": 1, "validation_tokens": None,
+                                                          "eval_batch_size": layout.streams})
     run = TrainingRun(setup.model, setup.training.model_copy(update={"schedule": schedule}),
-                      _random_corpus(size.vocab_size, schedule.batch_size, schedule.eval_batch_size, schedule.bptt),
+                      _random_corpus(size.vocab_size, schedule.batch_size, layout.streams,
+                                     schedule.bptt * layout.probed_windows + 1, schedule.bptt),
                       device)
     cpu, wall = time.process_time(), time.perf_counter()
     steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
     cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
-    evaluations = _timed(run.evaluate, time.perf_counter() + seconds * (1 - TRAINING_SHARE))
+    evaluations = _timed_evaluations(run, time.perf_counter() + seconds * (1 - TRAINING_SHARE))
+    turn_seconds = layout.turn_seconds(statistics.median(evaluations), _pass_costs(run, searched=False),
+                                       _pass_costs(run, searched=True) if layout.searched else None,
+                                       extra_passes=int(isinstance(spec.dataset, ReverseCopyConfig)))
     return ProbeTiming(step_seconds=statistics.median(steps),
-                       evaluation_seconds_per_token=statistics.median(evaluations) / run.validation_tokens,
+                       evaluation_seconds_per_token=turn_seconds / validation_tokens_per_turn(spec.training,
+                                                                                              size.valid_tokens),
                        cpu_per_wall=cpu_per_wall)
+
+
+@dataclass(frozen=True)
+class ValidationLayout:
+    """The validation streams a trial's turns score, as windows: `windows` per stream, of which the softmax
+    temperature search reads the first `searched`; the probe scores `probed_windows` per stream."""
+
+    streams: int
+    windows: int
+    searched: int
+
+    @classmethod
+    def of(cls, schedule: Schedule, valid_tokens: int) -> ValidationLayout:
+        scored = min(schedule.validation_tokens or valid_tokens, valid_tokens)  # as TrainingRun cuts them
+        streams = subset_streams(scored, schedule.eval_batch_size) if scored < valid_tokens else \
+            schedule.eval_batch_size
+        windows = max(1, math.ceil((scored // streams - 1) / schedule.bptt))
+        searched = min(windows, max(1, TEMPERATURE_TOKENS // (streams * schedule.bptt))) \
+            if schedule.search_temperature else 0  # trainers/temperature.py search_windows
+        return cls(streams, windows, searched)
+
+    @property
+    def probed_windows(self) -> int:
+        return min(self.windows, EVALUATION_WINDOWS)
+
+    def turn_seconds(self, evaluation: float, plain: PassCost, searched: PassCost | None, *,
+                     extra_passes: int) -> float:
+        """A turn's evaluation on the real streams, from the probe's (`evaluation`: every pass the averaging makes,
+        each with the temperature search where the schedule asks for it) and the costs of one pass without and
+        with the search: each pass's windows at their cost, the search's grid only on the windows it reads.
+        `extra_passes`: deterministic passes a turn adds (the reversed halves of reverse copy)."""
+        probed_pass = plain.seconds(self.probed_windows) if searched is None else searched.seconds(self.probed_windows)
+        real_pass = plain.seconds(self.windows) if searched is None else \
+            searched.seconds(self.searched) + plain.per_window * (self.windows - self.searched)
+        passes = evaluation / probed_pass if probed_pass > 0 else 1.0
+        return passes * real_pass + extra_passes * plain.seconds(self.windows)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """One evaluation pass over the validation streams: a fixed part (switching modes and weights, the state, the
+    synchronisation at the end) and a part per window of every stream."""
+
+    fixed: float
+    per_window: float
+
+    def seconds(self, windows: int) -> float:
+        return self.fixed + self.per_window * windows
+
+
+def _timed_evaluations(run: TrainingRun, until: float) -> list[float]:
+    """Durations of a turn's evaluation (`run.evaluate`, every weight average it scores), each after a step as in
+    a trial, repeated until `until` (at least once, at most MAX_TIMED_RUNS times), without the first where there
+    are others."""
+    durations: list[float] = []
+    while not durations or (time.perf_counter() < until and len(durations) < MAX_TIMED_RUNS):
+        run.train_turn()
+        started = time.perf_counter()
+        run.evaluate()
+        durations.append(time.perf_counter() - started)
+    return durations[1:] or durations
+
+
+def _pass_costs(run: TrainingRun, *, searched: bool) -> PassCost:
+    """A pass over the probe's validation streams, with or without the temperature search, timed on one window and
+    on all (the least of two tries each: the evaluations timed before have warmed both up)."""
+    bptt, whole = run.schedule.bptt, run.validation
+    score = searched_streams_cross_entropy if searched else streams_cross_entropy
+    one, every = (min(_duration(lambda batched=batched: score(run.model, batched, bptt)) for _ in range(2))
+                  for batched in (whole[:bptt + 1], whole))
+    windows = math.ceil((whole.shape[0] - 1) / bptt)
+    per_window = max(0.0, (every - one) / (windows - 1)) if windows > 1 else every
+    return PassCost(fixed=max(0.0, every - per_window * windows), per_window=per_window)
+
+
+def _duration(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
 
 
 def _timed(action: Callable[[], object], until: float) -> list[float]:
@@ -119,9 +217,10 @@ def _timed(action: Callable[[], object], until: float) -> list[float]:
     return durations[1:] or durations
 
 
-def _random_corpus(vocab_size: int, batch_size: int, eval_batch_size: int, bptt: int) -> Corpus:
-    """Uniform random tokens: enough training windows for every timed step, EVALUATION_WINDOWS per validation
-    stream (variable-length windows are drawn up to ~2x bptt, and the stream wraps around when it runs out)."""
+def _random_corpus(vocab_size: int, batch_size: int, streams: int, stream_tokens: int, bptt: int) -> Corpus:
+    """Uniform random tokens: enough training windows for every timed step (variable-length windows are drawn up
+    to ~2x bptt, and the stream wraps around when it runs out), and `streams` validation streams of
+    `stream_tokens` tokens."""
     generator = torch.Generator().manual_seed(0)
 
     def tokens(count: int) -> torch.Tensor:
@@ -130,7 +229,7 @@ def _random_corpus(vocab_size: int, batch_size: int, eval_batch_size: int, bptt:
     width = len(str(vocab_size - 1))
     return Corpus(Vocabulary(tuple(f"t{i:0{width}d}" for i in range(vocab_size))),
                   train=tokens(batch_size * (bptt * (MAX_TIMED_RUNS + 1) + 1)),
-                  valid=tokens(eval_batch_size * (bptt * EVALUATION_WINDOWS + 1)), test=tokens(2),
+                  valid=tokens(streams * stream_tokens), test=tokens(2),
                   description=f"random tokens of {vocab_size} types (the probe)")
 
 

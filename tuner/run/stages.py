@@ -50,7 +50,7 @@ def run_reruns(spec: StudySpec, family: str, vocab_size: int, settings: Settings
                callbacks: Sequence[tune.Callback]) -> None:
     """Train each of the family's best configurations again with `reruns.seeds` new seeds."""
     url = settings.storage_url
-    wanted = [(parent.trial_id, rerun_seed(spec, parent.number, repeat))
+    wanted = [(parent.trial_id, rerun_seed(spec, repeat))
               for parent in top_trials(url, spec.name, family, "tune", spec.reruns.top)
               for repeat in range(spec.reruns.seeds)]
     with sessions(url)() as session:

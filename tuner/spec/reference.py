@@ -17,6 +17,7 @@ from lm_tuner.models import Hyperparameter, ModelConfig, family, family_names
 from lm_tuner.trainers import MarkovCorpusConfig, Schedule, TrainingConfig
 from lm_tuner.trainers.averaging import NTASGDConfig, TailAveragingConfig, TwoTailedAveragingConfig
 from lm_tuner.trainers.datasets import LocalDatasetConfig, RegisteredDatasetConfig, TextDatasetConfig
+from lm_tuner.trainers.fine_tuning import FineTuningConfig
 from lm_tuner.trainers.generated import ReverseCopyConfig
 from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, Layout
 from lm_tuner.trainers.text import TOKENISATIONS
@@ -108,6 +109,15 @@ several examples helps. The reversed half is scored on its own (loss and accurac
 `<sep>` or `<eos>`): it measures memory, while the all-token loss mixes it with the L guesses."""
 
 
+FINE_TUNING = """\
+AWD-LSTM's fine-tuning (Merity et al. 2018; the reference's `finetune.py`), for any family. After the main
+budget's last turn, training starts again from the best weights so far with a fresh optimiser (the schedule's, at
+the learning rate the run has), and each turn scores the uniform average of every fine-tuning step from the first
+(ASGD with t0 = 0). It stops after the first turn whose loss is worse than the best of the fine-tuning turns before
+the last `interval` (NT-ASGD's non-monotone criterion), or after `turns` turns. Its turns are reported like the
+others, with `fine_tuning: true`; the best turn of either stage is the trial's result and best checkpoint."""
+
+
 EPILOGUES = {TextDatasetConfig: dataset_formats}
 """What follows a section's field table."""
 
@@ -139,13 +149,17 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("`training.averaging` with `kind: nt-asgd`", NTASGDConfig, "The non-monotone trigger of AWD-LSTM."),
     ("`training.averaging` with `kind: 2ta`", TwoTailedAveragingConfig,
      "Two-Tailed Averaging (Melis thesis, chapter 3)."),
+    ("`training.fine_tuning`", FineTuningConfig, FINE_TUNING),
     ("`search_space.<name>`", SearchRange,
      "Either `low`/`high` (with `log`) or `choices`. Integer hyperparameters take integer bounds."),
     ("`tuning`", Tuning, ""),
     ("`early_stopping`", EarlyStopping, ""),
     ("`reruns`", Reruns, "After tuning, the best configurations are trained again with new seeds; families are "
                          "compared on the means of these final models."),
-    ("`evaluation`", Evaluation, "The test protocol on the final checkpoints (and the best tuning run)."),
+    ("`evaluation`", Evaluation, "The test protocol on the final checkpoints (and the best tuning run). It is the only "
+                                 "stage that scores the test split: without it a study reports no test score, and the "
+                                 "rescoring after tuning of a study with `training.validation_tokens` scores the "
+                                 "whole validation split only."),
     ("`dynamic_evaluation`", DynamicEvaluationStage,
      "Stage 2: for each of the best final checkpoints, a study of dynamic-evaluation settings on validation; "
      "the best settings are then evaluated on validation and test. Search-space keys: max_time_steps, "
@@ -180,9 +194,10 @@ hidden size is not among them: it is solved for each trial, the largest that fit
 SEEDS = """\
 All families get the same seeds. Tuning trial k of every family (k = 0, 1, ... in that family's Optuna study)
 trains with seed `tuning.seed + k`, which seeds the initialisation, the dropout masks and the window lengths;
-each family's sampler is seeded with `tuning.seed`. Rerun r (r = 0, 1, ...) of tuning trial k trains with
-seed `tuning.seed + {offset:,} × (r + 1) + k`, a seed no tuning trial uses. The generated corpora have their
-own `seed`, and every family trains on the same corpus."""
+each family's sampler is seeded with `tuning.seed`. Rerun r (r = 0, 1, ...) of every rerun configuration, in
+every family, trains with seed `tuning.seed + {offset:,} × (r + 1)`, a seed no tuning trial uses: the final
+models the families are compared on differ in their configurations, not in their seeds. The generated corpora
+have their own `seed`, and every family trains on the same corpus."""
 
 
 def _hyperparameter_default(hyper: Hyperparameter) -> str:

@@ -64,9 +64,10 @@ def trial_seed(spec: StudySpec, trial_number: int) -> int:
 RERUN_SEED_OFFSET = 1_000_000
 
 
-def rerun_seed(spec: StudySpec, parent_number: int, repeat: int) -> int:
-    """A new seed for repeat `repeat` of tuning trial `parent_number`: never one a tuning trial used."""
-    return spec.tuning.seed + RERUN_SEED_OFFSET * (repeat + 1) + parent_number
+def rerun_seed(spec: StudySpec, repeat: int) -> int:
+    """The seed of repeat `repeat` of every rerun configuration, the same in every family (so that the final models
+    the families are compared on differ only in their configurations): never one a tuning trial used."""
+    return spec.tuning.seed + RERUN_SEED_OFFSET * (repeat + 1)
 
 
 def initial_points(spec: StudySpec, family: str) -> list[dict[str, Any]]:

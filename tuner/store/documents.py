@@ -107,11 +107,14 @@ class StudyOut(BaseModel):
     error: str | None
 
     @classmethod
-    def of(cls, study: StudyView) -> StudyOut:
+    def of(cls, study: StudyView, **given: Any) -> StudyOut:
+        """The document of `study`; `given`: the values of fields a subclass adds that the view does not hold."""
         best, progress = study.best, study.progress
         current = progress.current
-        derived = ("best", "best_perplexity", "best_family", "progress", "eta_seconds", "current_stage", "stages")
+        derived = ("best", "best_perplexity", "best_family", "progress", "eta_seconds", "current_stage", "stages",
+                   *given)
         return cls(
+            **given,
             **{name: getattr(study, name) for name in cls.model_fields if name not in derived},
             progress=progress.fraction,
             eta_seconds=progress.eta_seconds,
@@ -123,5 +126,20 @@ class StudyOut(BaseModel):
         )
 
 
+class BaselineOut(BaseModel):
+    """tuner.analysis.study_facts.Baseline: what word frequencies alone score on the validation split."""
+
+    perplexity: float | None = Field(description="the unigram perplexity of the validation split (null: unknown)")
+    unknown_because: str | None = Field(description="why it is unknown, e.g. the dataset is not downloaded here")
+
+
 class StudyDetailOut(StudyOut):
     spec: dict[str, Any]
+    warnings: list[str] = Field(description="what the study's run has warned about so far (e.g. evaluation "
+                                            "taking more than 25% of a trial's time), oldest first")
+    unigram_baseline: BaselineOut = Field(description="the unigram baseline of the study's corpus: a model that "
+                                                      "does not beat it has learnt nothing beyond word frequencies")
+
+    @classmethod
+    def of(cls, study: StudyView, baseline: BaselineOut) -> StudyDetailOut:
+        return super().of(study, unigram_baseline=baseline)

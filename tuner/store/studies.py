@@ -84,6 +84,12 @@ def study_artifact_root(url: str, name: str) -> ArtifactRoot | None:
     return None if root is None else artifact_root(root)
 
 
+def stored_warnings(url: str, name: str) -> list[str]:
+    """What the study's run has warned about so far, oldest first (none for an unknown study)."""
+    with sessions(url)() as session:
+        return list(session.scalar(select(StudyRecord.warnings).where(StudyRecord.name == name)) or [])
+
+
 @retried_on_disconnect
 def get_study(url: str, name: str) -> StudyView | None:
     with reading(url) as connection:
@@ -116,7 +122,7 @@ def _summary_query() -> Select:
             .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1).scalar_subquery().label("best_trial_id"))
     return (select(StudyRecord.name, StudyRecord.status, StudyRecord.spec, StudyRecord.created_at,
                    StudyRecord.started_at, StudyRecord.finished_at, StudyRecord.error, StudyRecord.best_possible_loss,
-                   *counts, best)
+                   StudyRecord.warnings, *counts, best)
             .outerjoin(TrialCountRecord, TrialCountRecord.study_name == StudyRecord.name))
 
 
@@ -148,4 +154,5 @@ def _study_view(row, best: TrialView | None, progress: StudyProgress) -> StudyVi
         progress=progress,
         counts={state: getattr(row, f"count_{state}") for state in TRIAL_STATES},
         best=best,
+        warnings=list(row.warnings or []),
     )

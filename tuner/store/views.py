@@ -95,6 +95,7 @@ class StudyView:
     progress: StudyProgress
     counts: dict[str, int] = field(default_factory=dict)  # tuning trials by state
     best: TrialView | None = None
+    warnings: list[str] = field(default_factory=list)  # what its run warned about, oldest first
 
     @property
     def trials_expected(self) -> int:

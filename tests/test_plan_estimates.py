@@ -1,0 +1,42 @@
+"""`tuner plan`'s evaluation estimate against what a real trial's turns record: the probe times the evaluation a
+turn runs (the softmax temperature search on the turn's validation streams included), not a cheaper stand-in."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from lm_tuner.trainers import load_corpus
+from lm_tuner.trainers.training import train
+from lm_tuner.tuner.run.probe import study_plan
+from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.spec.space import trial_setup
+
+# A vocabulary large enough for the temperature search's grid to cost more than the forward passes, and a validation
+# subset scored as one long stream: the two costs a one-window-per-stream probe without the search left out.
+SEARCHED_SUBSET = {
+    "name": "estimates",
+    "dataset": {"generator": "markov", "vocab_size": 2000, "train_tokens": 20000, "valid_tokens": 12000,
+                "test_tokens": 1200},
+    "families": ["lstm"],
+    "parameter_budget": 60000,
+    "training": {"turns": 4, "steps_per_turn": 2, "batch_size": 8, "bptt": 10, "eval_batch_size": 16,
+                 "validation_tokens": 2000},
+    "fixed": {"num_layers": 1, "tie_embeddings": True, "input_embedding_ratio": 1.0},
+    "search_space": {"learning_rate": {"low": 0.001, "high": 0.01, "log": True}},
+    "tuning": {"sampler": "random", "trials": 1, "concurrency": 1},
+}
+
+
+def test_the_evaluation_estimate_is_within_a_factor_of_a_real_trial_s(one_torch_thread):
+    spec = parse_spec(SEARCHED_SUBSET)
+    assert spec.training.search_temperature  # the default: every turn searches
+    (family,) = study_plan(spec, probe=True, seconds=3).families
+    corpus = load_corpus(spec.dataset)
+    setup = trial_setup(spec, "lstm", family.median_point, len(corpus.vocabulary), seed=0)
+    turns = train(setup.model, setup.training, corpus, device=torch.device("cpu")).turns
+    assert all(turn.val_subset for turn in turns)
+    measured = statistics.median(turn.eval_seconds for turn in turns)
+    estimated = family.estimate.evaluation_seconds
+    assert measured / 1.6 <= estimated <= measured * 1.6, (estimated, measured)

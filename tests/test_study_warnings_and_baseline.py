@@ -1,0 +1,125 @@
+"""What a study's run warned about (evaluation taking most of each trial) is stored with the study: the launch's
+progress lines print it as soon as it is recorded, and `tuner status`, `GET /studies/{name}` and the dashboard show
+it whoever ran the study. The study detail, the comparison and the dashboard carry the corpus's unigram baseline,
+as `tuner status` and `tuner compare` do."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import httpx
+import pytest
+from rich.console import Console
+
+from lm_tuner.trainers import load_corpus, unigram_perplexity
+from lm_tuner.trainers.datasets import dataset_from_dict
+from lm_tuner.tuner.cli.live_board import Board
+from lm_tuner.tuner.cli.live_display import ProgressDisplay
+from lm_tuner.tuner.cli.progress import ProgressPrinter, live_progress
+from lm_tuner.tuner.cli.status_report import print_study
+from lm_tuner.tuner.run.recorder import StudyRecorder
+from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.store.studies import get_study
+from tests.conftest import serve_app
+from tests.test_evaluation_subset import turn_result
+from tests.test_progress import ONE_FAMILY, add_study, add_trial, ray_trial
+
+EVALUATION_HEAVY = {"train_seconds": 1.0, "eval_seconds": 3.0}  # 75% of the turn evaluating
+
+
+@pytest.fixture(autouse=True)
+def fresh_recorder(monkeypatch):
+    monkeypatch.setattr(StudyRecorder, "_warned_studies", set())  # as in a new controller process
+
+
+def record_turn(url: str, trial_id: int, turn: int, **seconds: float) -> None:
+    StudyRecorder(url).on_trial_result(0, [], ray_trial(trial_id, 0), turn_result(turn, **seconds))
+
+
+def ours(caplog) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if record.name == "lm_tuner"]
+
+
+def test_the_launch_prints_the_evaluation_warning_with_the_result_that_raised_it(storage_url):
+    add_study(storage_url, "costly")
+    output = io.StringIO()
+    display = ProgressDisplay(Board(get_study(storage_url, "costly").spec, lambda: 0.0),
+                              Console(file=output, width=400, highlight=False), lambda: 0.0)
+    printer = ProgressPrinter(storage_url, "costly", display)
+    trial_id = add_trial(storage_url, "costly", "tune", "RUNNING", seconds=0)
+    printer.on_trial_start(0, [], ray_trial(trial_id, 0))
+    for turn in (1, 2):  # the recorder runs first in the callbacks Ray is given, then the printer
+        record_turn(storage_url, trial_id, turn, **EVALUATION_HEAVY)
+        printer.on_trial_result(0, [], ray_trial(trial_id, 0), turn_result(turn, **EVALUATION_HEAVY))
+    lines = output.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("start  costly/lstm#0")
+    assert lines[1] == ("warning: study 'costly', family 'lstm': evaluation took 75% of trial 0's time so far "
+                        "(3.0 s of 4.0 s), more than 25%; set training.validation_tokens to score a fixed subset of "
+                        "the validation split after each turn, or raise training.steps_per_turn")
+    assert get_study(storage_url, "costly").warnings == [lines[1].removeprefix("warning: ")]
+
+
+def test_a_launch_shows_the_warning_once_and_a_worker_logs_it(storage_url, caplog):
+    add_study(storage_url, "logged")
+    trial_id = add_trial(storage_url, "logged", "tune", "RUNNING", seconds=0)
+    spec = StudySpec.model_validate(get_study(storage_url, "logged").spec)
+    with caplog.at_level(logging.WARNING, logger="lm_tuner"):
+        with live_progress(storage_url, spec, Console(file=io.StringIO())):
+            record_turn(storage_url, trial_id, 1, **EVALUATION_HEAVY)
+        assert not ours(caplog)  # the progress lines print it: not a second time through the log
+        add_study(storage_url, "worked")  # no launch printer: a worker's log is where it shows
+        record_turn(storage_url, add_trial(storage_url, "worked", "tune", "RUNNING", seconds=0), 1,
+                    **EVALUATION_HEAVY)
+    (logged,) = ours(caplog)
+    assert "study 'worked', family 'lstm': evaluation took 75%" in logged.getMessage()
+
+
+def test_a_resumed_study_is_not_warned_twice(storage_url):
+    add_study(storage_url, "resumed")
+    trial_id = add_trial(storage_url, "resumed", "tune", "RUNNING", seconds=0)
+    record_turn(storage_url, trial_id, 1, **EVALUATION_HEAVY)
+    StudyRecorder._warned_studies.clear()  # a new controller process continues the study
+    record_turn(storage_url, add_trial(storage_url, "resumed", "rerun", "RUNNING", seconds=0), 1,
+                **EVALUATION_HEAVY)
+    (warning,) = get_study(storage_url, "resumed").warnings
+    assert "trial 0's time" in warning and "rerun trial" not in warning
+
+
+def test_status_the_api_and_the_dashboard_show_the_warnings_and_the_unigram_baseline(sqlite_url, tmp_path, capsys):
+    add_study(sqlite_url, "shown")
+    record_turn(sqlite_url, add_trial(sqlite_url, "shown", "tune", "COMPLETE"), 1, **EVALUATION_HEAVY)
+    (warning,) = get_study(sqlite_url, "shown").warnings
+    unigram = float(unigram_perplexity(load_corpus(dataset_from_dict(ONE_FAMILY["dataset"]))))
+    settings = Settings(sqlite_url, tmp_path / "artifacts")
+
+    assert print_study(settings, "shown")
+    assert f"warning: {warning}" in " ".join(capsys.readouterr().out.split())
+    assert print_study(settings, "shown", as_json=True)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["warnings"] == [warning]
+    assert printed["unigram_baseline"] == {"perplexity": pytest.approx(unigram), "unknown_because": None}
+
+    with serve_app(settings) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
+        detail = client.get("/studies/shown").json()
+        assert detail["warnings"] == [warning]
+        assert detail["unigram_baseline"] == printed["unigram_baseline"]
+        compared = client.get("/studies/shown/comparison").json()
+        assert compared["unigram_baseline"] == printed["unigram_baseline"]
+        page = client.get("/dashboard/studies/shown").text
+        assert f'<b id="unigram">{unigram:.3f}</b>' in page
+        assert "word frequencies alone, on validation" in page
+        assert f"warning: {warning}".replace("'", "&#39;") in page
+
+
+def test_a_baseline_that_cannot_be_read_says_why(sqlite_url, tmp_path):
+    add_study(sqlite_url, "elsewhere", dataset={"path": str(tmp_path / "gone"), "format": "ptb"})
+    with serve_app(Settings(sqlite_url, tmp_path / "artifacts")) as base_url, \
+            httpx.Client(base_url=base_url, timeout=60) as client:
+        baseline = client.get("/studies/elsewhere").json()["unigram_baseline"]
+        assert baseline["perplexity"] is None and "no folder at" in baseline["unknown_because"]
+        assert client.get("/studies/elsewhere/comparison").json()["unigram_baseline"] == baseline
+        page = client.get("/dashboard/studies/elsewhere").text
+        assert f"unknown: {baseline['unknown_because'].partition(' (format')[0]}" in page
