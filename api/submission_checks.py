@@ -23,8 +23,8 @@ def data_checks(spec: StudySpec) -> tuple[list[SpecIssue], list[str]]:
         return submission_issues(spec), [*study_warnings(spec, None), _deferred_checks(undownloaded)]
     try:
         vocab_size = vocabulary_size(spec)
-    except DatasetUnavailable as error:
-        return [SpecIssue("dataset", error.problem), *task_issues(spec)], []
+    except DatasetUnavailable as error:  # with what would fail at any vocabulary
+        return [SpecIssue("dataset", error.problem), *submission_issues(spec)], []
     issues = budget_issues(spec, vocab_size) + task_issues(spec)
     return issues, [] if issues else study_warnings(spec, vocab_size)
 
