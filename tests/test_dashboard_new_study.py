@@ -92,7 +92,8 @@ def test_write_plan_submit_cancel_and_resume_a_study(browser, served, api):  # n
     # Break one line by typing into it: the CLI's message appears at that line, and nowhere else.
     lines = shipped_space(SPACE).text.splitlines()
     broken = next(i for i, line in enumerate(lines, 1) if line.startswith("parameter_budget:"))
-    tab.evaluate(f"{editor}.setCursor({{line: {broken - 1}, ch: 1000}})")
+    value_end = len(lines[broken - 1].split("#")[0].rstrip())  # before the line's comment (its source)
+    tab.evaluate(f"{editor}.setCursor({{line: {broken - 1}, ch: {value_end}}})")
     tab.locator(".CodeMirror textarea").focus()
     tab.keyboard.type(" thousand")
     tab.wait_for_selector("#issues[data-state=invalid]")
