@@ -5,7 +5,7 @@ evaluation stream starts from a zero state, so a subset cut into many short stre
 tokens read as one stream; and a stretch of text can simply be harder than the whole split. This trains one small
 LSTM on PTB for a fixed number of steps (the project's trainer, the ptb_short settings), then scores stretches of the
 validation split (the first, a middle and the last 10,000 tokens, and all of it) as 1, 4, 32 and 100 parallel
-streams, and records each perplexity and how long it took. `trainers.training_run.SUBSET_STREAM_TOKENS` is chosen
+streams, and records each perplexity and how long it took. `trainers.validation_cut.SUBSET_STREAM_TOKENS` is chosen
 from this.
 
     PYTHONPATH=. .venv/bin/python benchmarks/validation_streams.py --data ~/.cache/lm-tuner/datasets/ptb \

@@ -24,7 +24,8 @@ from lm_tuner.trainers import (
     train,
 )
 from lm_tuner.trainers.batching import batchify
-from lm_tuner.trainers.training_run import TrainingRun, subset_streams
+from lm_tuner.trainers.training_run import TrainingRun
+from lm_tuner.trainers.validation_cut import subset_streams
 from lm_tuner.tuner.run.controller import connect_ray, launch_study
 from lm_tuner.tuner.run.recorder import StudyRecorder
 from lm_tuner.tuner.run.stages import run_full_validations, top_trials

@@ -27,6 +27,7 @@ from lm_tuner.trainers import (
 )
 from lm_tuner.trainers import training_run as training_module
 from lm_tuner.trainers.objective import average_over_samples, multi_sample_nll
+from lm_tuner.trainers.optimizers import make_optimizer
 
 CPU = torch.device("cpu")
 CORPUS_CONFIG = MarkovCorpusConfig(vocab_size=24, train_tokens=6000, valid_tokens=600, test_tokens=600)
@@ -281,7 +282,7 @@ def test_resume_refuses_another_configuration(corpus, tmp_path: Path) -> None:
 
 def test_sgd_is_plain_sgd(corpus) -> None:
     params = [torch.nn.Parameter(torch.ones(3))]
-    optimizer = training_module.make_optimizer("sgd", params, 0.5)
+    optimizer = make_optimizer("sgd", params, 0.5)
     params[0].grad = torch.full((3,), 2.0)
     optimizer.step()
     torch.testing.assert_close(params[0].detach(), torch.zeros(3))  # 1 - 0.5 * 2, no momentum, no scaling

@@ -57,10 +57,10 @@ class SearchedLoss:
         return self.search.logit_scale
 
 
-def search_windows(batched: Tensor, bptt: int, tokens: int = TEMPERATURE_TOKENS) -> int:
-    """Windows the search reads: as many whole windows of `batched` as fit in `tokens`, at least one (the
-    reference's max(1, tokens // batch_size // bptt) batches)."""
-    return max(1, tokens // (batched.shape[1] * bptt))
+def search_windows(streams: int, bptt: int, tokens: int = TEMPERATURE_TOKENS) -> int:
+    """Windows the search reads of `streams` parallel streams: as many whole windows as fit in `tokens`, at least
+    one (the reference's max(1, tokens // batch_size // bptt) batches)."""
+    return max(1, tokens // (streams * bptt))
 
 
 def patience_search(losses: Sequence[float]) -> TemperatureSearch:
@@ -94,7 +94,7 @@ def searched_streams_cross_entropy(model: LanguageModel, batched: Tensor, bptt: 
     at that temperature."""
     with evaluation_mode(model):
         readings = window_logits(model, batched, bptt)
-        search, sums = _searched_sums(readings, search_windows(batched, bptt, tokens))
+        search, sums = _searched_sums(readings, search_windows(batched.shape[1], bptt, tokens))
         total = sums[LOGIT_SCALES.index(search.logit_scale)]
         for logits, targets in readings:
             total = total + token_nll(logits, targets, search.logit_scale).double().sum()
@@ -107,7 +107,7 @@ def search_logit_scale(model: LanguageModel, stream: Tensor, batch_size: int, bp
     """The deterministic search alone, on the first windows of `stream` read as `batch_size` parallel streams."""
     batched = streams(model, stream, batch_size)
     with evaluation_mode(model):
-        return _searched_sums(window_logits(model, batched, bptt), search_windows(batched, bptt, tokens))[0]
+        return _searched_sums(window_logits(model, batched, bptt), search_windows(batched.shape[1], bptt, tokens))[0]
 
 
 @torch.no_grad()
@@ -119,7 +119,7 @@ def searched_monte_carlo_cross_entropy(model: LanguageModel, stream: Tensor, bat
     batched = streams(model, stream, batch_size)
     with monte_carlo_dropout(model, multiplier):
         samples_read = MonteCarloSamples(model, batched, bptt, samples, max_rows)
-        searched = samples_read.next_losses(search_windows(batched, bptt, tokens), LOGIT_SCALES)
+        searched = samples_read.next_losses(search_windows(batched.shape[1], bptt, tokens), LOGIT_SCALES)
         search = patience_search((searched.sum(dim=1) / searched.shape[1]).tolist())
         rest = samples_read.next_losses(None, (search.logit_scale,))
     total = searched[LOGIT_SCALES.index(search.logit_scale)].sum() + rest.sum()

@@ -27,16 +27,13 @@ from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.evaluation import scored_tokens, streams_cross_entropy
 from lm_tuner.trainers.fine_tuning import FineTuningAveraging
 from lm_tuner.trainers.objective import activation_regularisation, multi_sample_nll
+from lm_tuner.trainers.optimizers import make_optimizer
 from lm_tuner.trainers.stopwatch import Stopwatch
 from lm_tuner.trainers.temperature import searched_streams_cross_entropy
 from lm_tuner.trainers.training_config import TrainingConfig
 from lm_tuner.trainers.training_reports import TurnReport
+from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.trainers.weight_swap import swapped_weights
-
-SUBSET_STREAM_TOKENS = 2_500
-"""A validation subset is scored as streams at least this long (at most eval_batch_size of them). Every stream starts
-from a zero state: on PTB the first 10,000 validation tokens scored 17% higher in perplexity as 32 streams of 312
-tokens than as one stream, and 2.6% higher as 4 streams of 2,500 (benchmarks/validation_streams.py)."""
 
 LEARNING_RATE_BACKOFF = 0.9
 """Divergence recovery multiplies the learning rate by this (Melis thesis, section 4.4)."""
@@ -63,11 +60,9 @@ class TrainingRun:
                                      variable_length=schedule.variable_bptt,
                                      generator=torch.Generator().manual_seed(config.seed))
         self.averaging: Averaging = make_averaging(schedule.averaging, self.params)
-        validation = corpus.valid[:schedule.validation_tokens]  # the first N tokens, the same in every run
-        self.validation_subset = validation.numel() < corpus.valid.numel()
-        streams = subset_streams(validation.numel(), schedule.eval_batch_size) if self.validation_subset else \
-            schedule.eval_batch_size
-        self.validation = batchify(validation, streams).to(device)  # cut once, scored every turn
+        cut = validation_cut(schedule, corpus.valid.numel())  # the first N tokens, the same in every run
+        self.validation_subset = cut.subset
+        self.validation = batchify(corpus.valid[:cut.tokens], cut.streams).to(device)  # cut once, scored every turn
         self.rows = schedule.batch_size * schedule.dropout_samples  # every stream once per dropout sample
         self.hidden = self.model.initial_state(self.rows)
         self.step = self.turn = self.best_turn = self.divergences = 0
@@ -274,24 +269,9 @@ class TrainingRun:
         self.reports = [TurnReport(**report) for report in state["reports"]]
 
 
-def subset_streams(tokens: int, eval_batch_size: int) -> int:
-    """Parallel streams a validation subset of `tokens` tokens is scored as: as many as eval_batch_size allows, but
-    none shorter than SUBSET_STREAM_TOKENS (one, when the subset is shorter)."""
-    return max(1, min(eval_batch_size, tokens // SUBSET_STREAM_TOKENS))
-
-
 def retry_seed(seed: int, divergences: int) -> int:
     """The random seed of the steps retried after the `divergences`-th divergence of a run seeded with `seed`."""
     return int(np.random.SeedSequence([seed, divergences]).generate_state(1)[0])
-
-
-def make_optimizer(name: str, params: Sequence[Tensor], learning_rate: float) -> torch.optim.Optimizer:
-    """Adam or RAdam with beta1 = 0 (RMSProp-like, as in Melis et al.), beta2 = 0.999, epsilon = 1e-8; or plain SGD
-    (AWD-LSTM's, without momentum; with NT-ASGD averaging on top it is the paper's NT-ASGD)."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=learning_rate)
-    optimizer = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}[name]
-    return optimizer(params, lr=learning_rate, betas=(0.0, 0.999), eps=1e-8)
 
 
 def _differences(expected: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:

@@ -21,9 +21,10 @@ import torch
 
 from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
 from lm_tuner.trainers.datasets import known_vocabulary_size
-from lm_tuner.trainers.evaluation import TEMPERATURE_TOKENS, streams_cross_entropy
-from lm_tuner.trainers.temperature import searched_streams_cross_entropy
-from lm_tuner.trainers.training_run import TrainingRun, subset_streams
+from lm_tuner.trainers.evaluation import streams_cross_entropy
+from lm_tuner.trainers.temperature import search_windows, searched_streams_cross_entropy
+from lm_tuner.trainers.training_run import TrainingRun
+from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.estimate import (
     CorpusSize,
@@ -117,7 +118,8 @@ def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds:
     cpu, wall = time.process_time(), time.perf_counter()
     steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
     cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
-    evaluations = _timed_evaluations(run, time.perf_counter() + seconds * (1 - TRAINING_SHARE))
+    # a turn's evaluation (every weight average it scores), each after a step as in a trial
+    evaluations = _timed(run.evaluate, time.perf_counter() + seconds * (1 - TRAINING_SHARE), before=run.train_turn)
     turn_seconds = layout.turn_seconds(statistics.median(evaluations), _pass_costs(run, searched=False),
                                        _pass_costs(run, searched=True) if layout.searched else None,
                                        extra_passes=int(isinstance(spec.dataset, ReverseCopyConfig)))
@@ -138,13 +140,10 @@ class ValidationLayout:
 
     @classmethod
     def of(cls, schedule: Schedule, valid_tokens: int) -> ValidationLayout:
-        scored = min(schedule.validation_tokens or valid_tokens, valid_tokens)  # as TrainingRun cuts them
-        streams = subset_streams(scored, schedule.eval_batch_size) if scored < valid_tokens else \
-            schedule.eval_batch_size
-        windows = max(1, math.ceil((scored // streams - 1) / schedule.bptt))
-        searched = min(windows, max(1, TEMPERATURE_TOKENS // (streams * schedule.bptt))) \
-            if schedule.search_temperature else 0  # trainers/temperature.py search_windows
-        return cls(streams, windows, searched)
+        cut = validation_cut(schedule, valid_tokens)  # as TrainingRun cuts them
+        windows = max(1, math.ceil((cut.tokens // cut.streams - 1) / schedule.bptt))
+        searched = min(windows, search_windows(cut.streams, schedule.bptt)) if schedule.search_temperature else 0
+        return cls(cut.streams, windows, searched)
 
     @property
     def probed_windows(self) -> int:
@@ -175,19 +174,6 @@ class PassCost:
         return self.fixed + self.per_window * windows
 
 
-def _timed_evaluations(run: TrainingRun, until: float) -> list[float]:
-    """Durations of a turn's evaluation (`run.evaluate`, every weight average it scores), each after a step as in
-    a trial, repeated until `until` (at least once, at most MAX_TIMED_RUNS times), without the first where there
-    are others."""
-    durations: list[float] = []
-    while not durations or (time.perf_counter() < until and len(durations) < MAX_TIMED_RUNS):
-        run.train_turn()
-        started = time.perf_counter()
-        run.evaluate()
-        durations.append(time.perf_counter() - started)
-    return durations[1:] or durations
-
-
 def _pass_costs(run: TrainingRun, *, searched: bool) -> PassCost:
     """A pass over the probe's validation streams, with or without the temperature search, timed on one window and
     on all (the least of two tries each: the evaluations timed before have warmed both up)."""
@@ -206,11 +192,13 @@ def _duration(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _timed(action: Callable[[], object], until: float) -> list[float]:
-    """Durations of `action` repeated until `until` (at least once, at most MAX_TIMED_RUNS times), without the
-    first where there are others."""
+def _timed(action: Callable[[], object], until: float, before: Callable[[], object] | None = None) -> list[float]:
+    """Durations of `action` (each after an untimed `before`, if given) repeated until `until` (at least once, at
+    most MAX_TIMED_RUNS times), without the first where there are others."""
     durations: list[float] = []
     while not durations or (time.perf_counter() < until and len(durations) < MAX_TIMED_RUNS):
+        if before is not None:
+            before()
         started = time.perf_counter()
         action()
         durations.append(time.perf_counter() - started)

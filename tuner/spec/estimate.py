@@ -8,7 +8,7 @@ import math
 from pydantic import BaseModel, Field
 
 from lm_tuner.trainers import DatasetConfig, MarkovCorpusConfig, ReverseCopyConfig, Schedule
-from lm_tuner.trainers.training_run import subset_streams
+from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.tuner.spec.document import StudySpec
 from lm_tuner.tuner.spec.feasibility import reverse_copy_example_tokens
 from lm_tuner.tuner.spec.plan import StudyEstimate, StudyPlan, TrialEstimate
@@ -51,9 +51,7 @@ def known_corpus_size(dataset: DatasetConfig) -> CorpusSize | None:
 
 def validation_tokens_per_turn(schedule: Schedule, valid_tokens: int) -> int:
     """Tokens each turn's evaluation scores: the schedule's subset or the whole split, less each stream's first."""
-    scored = min(schedule.validation_tokens or valid_tokens, valid_tokens)
-    streams = subset_streams(scored, schedule.eval_batch_size) if scored < valid_tokens else schedule.eval_batch_size
-    return max(1, (scored // streams - 1) * streams)
+    return validation_cut(schedule, valid_tokens).scored
 
 
 def estimate_trial(schedule: Schedule, timing: ProbeTiming, size: CorpusSize) -> TrialEstimate:
