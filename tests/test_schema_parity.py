@@ -10,7 +10,9 @@ import pytest
 
 from lm_tuner.api import schemas
 from lm_tuner.tuner.analysis.comparison import Comparison, Estimate, FamilyResult, Lineage
+from lm_tuner.tuner.analysis.study_facts import Baseline
 from lm_tuner.tuner.spec.issues import SpecIssue
+from lm_tuner.tuner.store import BaselineOut
 
 PAIRS = [
     (schemas.ComparisonOut, Comparison),
@@ -18,6 +20,7 @@ PAIRS = [
     (schemas.EstimateOut, Estimate),
     (schemas.LineageOut, Lineage),
     (schemas.SpecIssueOut, SpecIssue),
+    (BaselineOut, Baseline),
 ]
 # Fields that exist only on the API side, on purpose; each with the reason. A response field filled in by the
 # route (not by the tuner's dataclass) belongs here, so the test still fails on one forgotten by accident.
@@ -45,7 +48,6 @@ def test_every_exception_names_a_real_field_and_a_reason(exceptions):
         present = _field_names(kind)
         assert set(fields) <= present, f"{kind.__name__} has no field {sorted(set(fields) - present)}"
         assert all(reason.strip() for reason in fields.values()), f"{kind.__name__}: give each exception a reason"
-
 
 
 def _field_names(kind: type) -> set[str]:
