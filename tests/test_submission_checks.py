@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from lm_tuner.trainers.registry import CACHE_VARIABLE
+from lm_tuner.trainers.files import CACHE_VARIABLE
 from lm_tuner.tuner.settings import Settings
 from tests.conftest import serve_app
 

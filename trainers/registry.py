@@ -17,16 +17,8 @@ from pathlib import Path
 
 from lm_tuner.trainers.archives import extract_members
 from lm_tuner.trainers.checksums import CHECKSUMS, check_digest, read_checksums, verify_checksums, write_checksums
-from lm_tuner.trainers.files import sha256_of
+from lm_tuner.trainers.files import default_cache_dir, sha256_of
 from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
-
-CACHE_VARIABLE = "LM_TUNER_DATA"
-
-
-def default_cache_dir() -> Path:
-    """`$LM_TUNER_DATA`, else ~/.cache/lm-tuner/datasets."""
-    configured = os.environ.get(CACHE_VARIABLE)
-    return Path(configured) if configured else Path.home() / ".cache" / "lm-tuner" / "datasets"
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
+from lm_tuner.trainers.files import default_cache_dir
 
 UNK = "<unk>"
 SPLITS = ("train", "valid", "test")
@@ -193,8 +194,6 @@ def _encode(tokeniser: Tokeniser, source: TextSource, index: dict[str, int], unk
 
 def _refill_advice(path: Path) -> str:
     """What to do about an empty split file: a downloaded one is fetched again once deleted, a user's own is not."""
-    from lm_tuner.trainers.registry import default_cache_dir
-
     if path.resolve().is_relative_to(default_cache_dir().resolve()):
         return "delete the file from the dataset cache so that it is downloaded again"
     return "put the split's text in it"
