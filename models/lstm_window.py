@@ -51,7 +51,7 @@ def window_kernels(cell: object, mogrify: MogrifierWindow | None, linear: Linear
 
 
 def window_weights(tape: Tape, modules: list[nn.Linear], rows: Tensor, steps: int, transposed: bool = False
-             ) -> tuple[list[Tensor], bool]:
+                   ) -> tuple[list[Tensor], bool]:
     """The weights the C++ loop multiplies by, and whether they are packed for oneDNN: all of them (transposed
     for the backward loop) where oneDNN takes them all and the window has several steps (packing costs more
     than it saves for one), else the plain (out, in) weights for at::mm."""

@@ -170,6 +170,12 @@ at::Tensor recurrent_product(const at::Tensor& inputs, const at::Tensor& weight,
   return stack[0].toTensor();
 }
 
+// A backward product: gradients times a weight as the backward loops take it, transposed and packed for oneDNN,
+// else the plain (out, in) weight for at::mm.
+at::Tensor gradient_product(const at::Tensor& grads, const at::Tensor& weight_t, bool onednn) {
+  return onednn ? recurrent_product(grads, weight_t, true) : at::mm(grads, weight_t);
+}
+
 // What the window loops keep of every step's update: its output h, c after it (c0 first) and the update's caches
 // (models.cells.lstm_update's order), each stacked over the window at the end.
 struct UpdateRecord {
@@ -229,7 +235,7 @@ std::vector<at::Tensor> lstm_window_backward(const at::Tensor& d_outputs, const 
                                                         dh + d_outputs.select(0, t), dc, cap_input_gate);
     d_gates[t] = step[0];
     dc = step[1];
-    dh = onednn ? recurrent_product(step[0], weight_t, true) : at::mm(step[0], weight_t);
+    dh = gradient_product(step[0], weight_t, onednn);
     if (mask.has_value()) dh = dh * *mask;
   }
   return {at::stack(d_gates), dh, dc};
@@ -275,19 +281,16 @@ std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const
   const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
   std::vector<at::Tensor> d_gates(steps), d_factor_x(steps), d_factor_h(steps);
   at::Tensor dh = dh_last, dc = dc_last;
-  auto product = [&](const at::Tensor& grads, const at::Tensor& w) {
-    return onednn ? recurrent_product(grads, w, true) : at::mm(grads, w);
-  };
   for (int64_t t = steps - 1; t >= 0; --t) {
     std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
                                                         cells.select(0, t), tanh_c.select(0, t),
                                                         dh + d_outputs.select(0, t), dc, cap_input_gate);
     d_gates[t] = step[0];
     dc = step[1];
-    const at::Tensor d_m = product(step[0], weight_t);
+    const at::Tensor d_m = gradient_product(step[0], weight_t, onednn);
     d_factor_x[t] = d_m * factor_h.select(0, t);
     d_factor_h[t] = d_m * x_part.select(0, t).narrow(1, 4 * hidden, hidden);
-    dh = product(d_factor_h[t], hidden_factor_t);
+    dh = gradient_product(d_factor_h[t], hidden_factor_t, onednn);
     if (mask.has_value()) dh = dh * *mask;
   }
   const at::Tensor gates = at::stack(d_gates);
@@ -406,8 +409,8 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
                                                         dh + d_outputs.select(0, t), dc, cap_input_gate);
     d_gates[t] = step[0];
     dc = step[1];
-    at::Tensor dx = onednn ? recurrent_product(step[0], input_weight_t, true) : at::mm(step[0], input_weight_t);
-    dh = onednn ? recurrent_product(step[0], weight_t, true) : at::mm(step[0], weight_t);
+    at::Tensor dx = gradient_product(step[0], input_weight_t, onednn);
+    dh = gradient_product(step[0], weight_t, onednn);
     dx = dx.contiguous();
     dh = dh.contiguous();
     mogrifier.backward(t, dx, dh);
@@ -511,7 +514,7 @@ std::vector<at::Tensor> rlstm_step_backward(const at::Tensor& saved, const at::T
                                             const at::Tensor& dc, const Tensors& weights_t, bool onednn,
                                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   auto product = [&](const at::Tensor& grads, const at::Tensor& w) {
-    return (onednn ? recurrent_product(grads, w, true) : at::mm(grads, w)).contiguous();
+    return gradient_product(grads, w, onednn).contiguous();
   };
   const int64_t batch = dh.size(0), hidden = dh.size(1), width = 6 * hidden;
   at::Tensor d_o = at::empty_like(dh), d_c = at::empty_like(dh), d_f = at::empty_like(dh);
@@ -675,8 +678,7 @@ Tensors mogrifier_rlstm_window_backward(MogrifierWindow& mogrifier, const at::Te
     d_pre[t] = step[0];
     d_o[t] = step[1];
     const at::Tensor d_x_part = step[0].narrow(1, 0, 2 * hidden).contiguous();
-    at::Tensor dx = (onednn ? recurrent_product(d_x_part, input_weight_t, true) : at::mm(d_x_part, input_weight_t))
-                        .contiguous();
+    at::Tensor dx = gradient_product(d_x_part, input_weight_t, onednn).contiguous();
     dh = step[2];
     mogrifier.backward(t, dx, dh);
     d_inputs[t] = dx;
