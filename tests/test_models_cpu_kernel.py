@@ -66,6 +66,26 @@ def test_the_kernel_matches_the_reference_path(shape, dtype, tolerance, threads,
 
 
 @needs_kernel
+def test_without_an_exported_blas_the_rounds_take_at_mm_with_the_same_numbers(monkeypatch, tmp_path):
+    """Where torch exports no BLAS (its builds without MKL) the rounds' products go through at::mm; a build that
+    defines LM_TUNER_NO_EXPORTED_BLAS takes that path here. Both paths, and both precisions, match the reference."""
+    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, "-DLM_TUNER_NO_EXPORTED_BLAS"])
+    # a library of another name: loading one named as the process's default build would return that one
+    monkeypatch.setattr(cpu_kernels, "EXTENSION_NAME", "lm_tuner_cpu_kernels_without_exported_blas")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    cpu_kernels.cpu_extension.cache_clear()
+    try:
+        assert Path(cpu_kernels.cpu_extension().__file__).parent.parent.parent == tmp_path
+        for dtype, tolerance in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+            layer, window = _layer_and_window(*SHAPES[0], dtype=dtype)
+            fast, reference = (outputs_and_grads(layer, fast, *window) for fast in (True, False))
+            for a, b in zip(fast, reference, strict=True):
+                assert ((a - b).norm() / b.norm()).item() < tolerance
+    finally:
+        cpu_kernels.cpu_extension.cache_clear()
+
+
+@needs_kernel
 def test_evaluation_windows_take_the_kernel_and_match_the_recorded_forward(monkeypatch):
     calls = counting_calls(monkeypatch, CpuKernelWindow)
     monkeypatch.setattr(lstm_window, "window_kernels", lambda *args: None)  # steps in Python

@@ -297,74 +297,141 @@ std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const
   return {at::cat({gates, at::stack(d_factor_x)}, 2), gates, at::stack(d_factor_h), dh, dc};
 }
 
+// The BLAS torch's CPU library exports where it has one (MKL, in the x86-64 Linux wheels), resolved when the
+// kernels load; weak, so that a torch without it leaves them null and small_product takes at::mm.
+extern "C" {
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc) __attribute__((weak));
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc) __attribute__((weak));
+}
+
+template <typename T>
+using GemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const T*, const T*, const int*,
+                        const T*, const int*, const T*, T*, const int*);
+
+// Null where torch exports no BLAS, or where the build defines LM_TUNER_NO_EXPORTED_BLAS (how the tests take
+// the at::mm path on a machine that has one).
+template <typename T>
+GemmFn<T> exported_gemm();
+#ifdef LM_TUNER_NO_EXPORTED_BLAS
+template <>
+GemmFn<float> exported_gemm<float>() { return nullptr; }
+template <>
+GemmFn<double> exported_gemm<double>() { return nullptr; }
+#else
+template <>
+GemmFn<float> exported_gemm<float>() { return sgemm_; }
+template <>
+GemmFn<double> exported_gemm<double>() { return dgemm_; }
+#endif
+
+// out (rows, n) = a (rows, k) times b^T, with b (n, k) where `b_transposed`, else times b (k, n); plus
+// beta * out. All row-major and contiguous. The mogrifier's products are a few MFLOP each: called on raw
+// pointers they skip the tensor views and dispatch of at::mm, 20-25% of a round's time (Zen 4, 1 thread).
+template <typename T>
+void small_product(int64_t rows, int64_t n, int64_t k, const T* a, const T* b, bool b_transposed, T beta, T* out) {
+  if (const GemmFn<T> gemm = exported_gemm<T>()) {  // column-major BLAS: out^T = op(b)^T a^T
+    const int m_ = static_cast<int>(n), n_ = static_cast<int>(rows), k_ = static_cast<int>(k);
+    const int ldb = b_transposed ? k_ : m_;
+    const T one = 1;
+    gemm(b_transposed ? "T" : "N", "N", &m_, &n_, &k_, &one, b, &ldb, a, &k_, &beta, out, &m_);
+    return;
+  }
+  const auto options = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  const at::Tensor left = at::from_blob(const_cast<T*>(a), {rows, k}, options);
+  const at::Tensor right = b_transposed ? at::from_blob(const_cast<T*>(b), {n, k}, options).t()
+                                        : at::from_blob(const_cast<T*>(b), {k, n}, options);
+  at::Tensor result = at::from_blob(out, {rows, n}, options);
+  if (beta == 0) {
+    at::mm_out(result, left, right);
+  } else {
+    result.addmm_(left, right, 1, beta);
+  }
+}
+
 class MogrifierWindow {
  public:
   MogrifierWindow(Tensors values, Tensors gates, at::Tensor z, Tensors lefts, Tensors rights, Tensors biases,
                   Tensors d_pre, at::Tensor d_z)
       : values_(std::move(values)), gates_(std::move(gates)), z_(std::move(z)), lefts_(std::move(lefts)),
         rights_(std::move(rights)), biases_(std::move(biases)), d_pre_(std::move(d_pre)), d_z_(std::move(d_z)) {
-    for (size_t r = 0; r < lefts_.size(); ++r) {
-      lefts_t_.push_back(lefts_[r].t().contiguous());
-      rights_t_.push_back(rights_[r].t().contiguous());
+    for (auto* weights : {&lefts_, &rights_, &biases_}) {
+      for (at::Tensor& weight : *weights) weight = weight.contiguous();
     }
   }
 
   // Writes block 1 (h times the mask) and every round's z, gate and result at `step`.
-  void forward(int64_t step, const at::Tensor& h, const c10::optional<at::Tensor>& mask) {
-    const int64_t rounds = static_cast<int64_t>(lefts_.size());
-    for_row_slices(h.size(0), [&](int64_t first, int64_t rows) {
-      auto slice = [&](const at::Tensor& t) { return t.select(0, step).narrow(0, first, rows); };
-      at::Tensor h_seen = slice(values_[1]);
-      if (mask.has_value()) {
-        at::mul_out(h_seen, h.narrow(0, first, rows), mask->narrow(0, first, rows));
-      } else {
-        h_seen.copy_(h.narrow(0, first, rows));
-      }
-      for (int64_t r = 0; r < rounds; ++r) {
-        at::Tensor z = slice(z_[r]);
-        at::mm_out(z, slice(values_[r + 1]), lefts_t_[r]);
-        at::Tensor gate = slice(gates_[r]);
-        at::addmm_out(gate, biases_[r], z, rights_t_[r]);
-        at::sigmoid_out(gate, gate);
-        const at::Tensor before = slice(values_[r]);
-        at::Tensor after = slice(values_[r + 2]);
-        AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "mogrify_forward", [&] {
-          gate_and_apply(gate.data_ptr<scalar_t>(), before.data_ptr<scalar_t>(), after.data_ptr<scalar_t>(),
-                         gate.numel());
-        });
-      }
+  void forward(int64_t step, const at::Tensor& h_in, const c10::optional<at::Tensor>& mask_in) {
+    const at::Tensor h = h_in.contiguous();
+    const c10::optional<at::Tensor> mask = mask_in.has_value() ? c10::optional<at::Tensor>(mask_in->contiguous())
+                                                                : c10::nullopt;
+    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = z_.size(3), hidden = h.size(1);
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "mogrify_forward", [&] {
+      using T = scalar_t;
+      for_row_slices(h.size(0), [&](int64_t first, int64_t rows) {
+        Rows<T> at_rows{step, h.size(0), first};
+        T* __restrict__ h_seen = at_rows(values_[1]);
+        const T* __restrict__ h_rows = h.data_ptr<T>() + first * hidden;
+        const T* __restrict__ keep = mask.has_value() ? mask->data_ptr<T>() + first * hidden : nullptr;
+        for (int64_t i = 0; i < rows * hidden; ++i) h_seen[i] = keep ? h_rows[i] * keep[i] : h_rows[i];
+        for (int64_t r = 0; r < rounds; ++r) {
+          const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
+          T* z = at_rows(z_[r]);
+          small_product<T>(rows, rank, source, at_rows(values_[r + 1]), lefts_[r].data_ptr<T>(), true, 0, z);
+          T* gate = at_rows(gates_[r]);
+          const T* bias = biases_[r].data_ptr<T>();
+          for (int64_t row = 0; row < rows; ++row) std::copy(bias, bias + target, gate + row * target);
+          small_product<T>(rows, target, rank, z, rights_[r].data_ptr<T>(), true, 1, gate);
+          at::Tensor gate_rows = gates_[r].select(0, step).narrow(0, first, rows);
+          at::sigmoid_out(gate_rows, gate_rows);
+          gate_and_apply(gate, at_rows(values_[r]), at_rows(values_[r + 2]), rows * target);
+        }
+      });
     });
   }
 
-  // Rounds in reverse: turns the gradients of the mogrified (x, h), updated in place, into those of the
-  // step's x and state-masked h, and writes every round's d_pre and d_z at `step`.
+  // Rounds in reverse: turns the gradients of the mogrified (x, h), contiguous and updated in place, into those
+  // of the step's x and state-masked h, and writes every round's d_pre and d_z at `step`.
   void backward(int64_t step, at::Tensor& d_x, at::Tensor& d_h) {
-    const int64_t rounds = static_cast<int64_t>(lefts_.size());
-    for_row_slices(d_x.size(0), [&](int64_t first, int64_t rows) {
-      auto slice = [&](const at::Tensor& t) { return t.select(0, step).narrow(0, first, rows); };
-      at::Tensor dx = d_x.narrow(0, first, rows), dh = d_h.narrow(0, first, rows);
-      for (int64_t r = rounds - 1; r >= 0; --r) {
-        at::Tensor& d_target = r % 2 == 0 ? dx : dh;
-        at::Tensor& d_source = r % 2 == 0 ? dh : dx;
-        const at::Tensor gate = slice(gates_[r]), before = slice(values_[r]);
-        at::Tensor d_pre = slice(d_pre_[r]);
-        AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "mogrify_backward", [&] {
-          through_gate(gate.data_ptr<scalar_t>(), before.data_ptr<scalar_t>(), d_target.data_ptr<scalar_t>(),
-                       d_pre.data_ptr<scalar_t>(), gate.numel());
-        });
-        at::Tensor d_z = slice(d_z_[r]);
-        at::mm_out(d_z, d_pre, rights_[r]);
-        d_source.addmm_(d_z, lefts_[r]);
-      }
+    TORCH_CHECK(d_x.is_contiguous() && d_h.is_contiguous(), "mogrifier gradients must be contiguous");
+    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = d_z_.size(3);
+    AT_DISPATCH_FLOATING_TYPES(d_x.scalar_type(), "mogrify_backward", [&] {
+      using T = scalar_t;
+      for_row_slices(d_x.size(0), [&](int64_t first, int64_t rows) {
+        Rows<T> at_rows{step, d_x.size(0), first};
+        T* dx = d_x.data_ptr<T>() + first * d_x.size(1);
+        T* dh = d_h.data_ptr<T>() + first * d_h.size(1);
+        for (int64_t r = rounds - 1; r >= 0; --r) {
+          T* d_target = r % 2 == 0 ? dx : dh;
+          T* d_source = r % 2 == 0 ? dh : dx;
+          const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
+          T* d_pre = at_rows(d_pre_[r]);
+          through_gate(at_rows(gates_[r]), at_rows(values_[r]), d_target, d_pre, rows * target);
+          T* d_z = at_rows(d_z_[r]);
+          small_product<T>(rows, rank, target, d_pre, rights_[r].data_ptr<T>(), false, 0, d_z);
+          small_product<T>(rows, source, rank, d_z, lefts_[r].data_ptr<T>(), false, 1, d_source);
+        }
+      });
     });
   }
 
  private:
+  // The first of a thread's rows at one step of a (T, B, D) block, or of one round's (T, B, K) part of z.
+  template <typename T>
+  struct Rows {
+    int64_t step, batch, first;
+    T* operator()(const at::Tensor& block) const {
+      return block.data_ptr<T>() + (step * batch + first) * block.size(-1);
+    }
+  };
+
   Tensors values_, gates_;
   at::Tensor z_;
   Tensors lefts_, rights_, biases_, d_pre_;
   at::Tensor d_z_;
-  Tensors lefts_t_, rights_t_;
 };
 
 // A mogrifier LSTM's window (models/lstm_window.py): per step, the mogrifier's rounds (`mogrifier`, which keeps
