@@ -58,17 +58,22 @@ void for_row_slices(int64_t batch, const Body& body) {
   });
 }
 
+// Where one step's update (lstm_update_into) writes: contiguous (B, H) tensors but `activations` (B, 4H), which
+// holds sigma(i, f, o) and sigma(2 j). The window loops pass one step of window-sized tensors.
+struct UpdateOutputs {
+  at::Tensor h, c, activations, j, i_used, tanh_c;
+};
+
 // The LSTM's element-wise update (models.cells.lstm_update) on gate pre-activations x_term + h_term,
 // ordered (i, f, o, j) by columns, which may be column slices of wider rows. tanh(x) is computed as
 // 2 sigma(2x) - 1, as in Python, through ATen's vectorised sigmoid; everything else in one pass per row.
-std::vector<at::Tensor> lstm_update(const at::Tensor& x_term_in, const at::Tensor& h_term_in,
-                                    const at::Tensor& c_prev_in, bool cap_input_gate) {
+void lstm_update_into(const at::Tensor& x_term_in, const at::Tensor& h_term_in, const at::Tensor& c_prev_in,
+                      bool cap_input_gate, const UpdateOutputs& out) {
   const at::Tensor x_term = with_contiguous_columns(x_term_in), h_term = with_contiguous_columns(h_term_in);
   const at::Tensor c_prev = c_prev_in.contiguous();
   const int64_t batch = c_prev.size(0), hidden = c_prev.size(1);
-  at::Tensor activations = at::empty({batch, 4 * hidden}, c_prev.options());  // sigma(i, f, o), sigma(2 j)
-  at::Tensor h = at::empty_like(c_prev), c = at::empty_like(c_prev), j = at::empty_like(c_prev);
-  at::Tensor i_used = at::empty_like(c_prev), tanh_c = at::empty_like(c_prev);
+  const at::Tensor &activations = out.activations, &h = out.h, &c = out.c, &j = out.j, &i_used = out.i_used;
+  const at::Tensor& tanh_c = out.tanh_c;
   AT_DISPATCH_FLOATING_TYPES(c_prev.scalar_type(), "lstm_update", [&] {
     using T = scalar_t;
     for_row_slices(batch, [&](int64_t first, int64_t rows) {
@@ -112,20 +117,32 @@ std::vector<at::Tensor> lstm_update(const at::Tensor& x_term_in, const at::Tenso
       }
     });
   });
-  return {h, c, activations.narrow(1, 0, 3 * hidden), j, i_used, tanh_c};
 }
 
-// Its gradient (models.cells.lstm_update_backward): those of the gate pre-activations and of c_prev,
-// given those of h and c.
-std::vector<at::Tensor> lstm_update_backward(const at::Tensor& sigmoids_in, const at::Tensor& j_in,
-                                             const at::Tensor& i_used_in, const at::Tensor& c_prev_in,
-                                             const at::Tensor& tanh_c_in, const at::Tensor& dh_in,
-                                             const at::Tensor& dc_in, bool cap_input_gate) {
+// lstm_update_into's results in tensors of their own: h, c, sigma(i, f, o) (B, 3H), j, the input gate used and
+// tanh(c).
+std::vector<at::Tensor> lstm_update(const at::Tensor& x_term, const at::Tensor& h_term, const at::Tensor& c_prev,
+                                    bool cap_input_gate) {
+  const int64_t batch = c_prev.size(0), hidden = c_prev.size(1);
+  const UpdateOutputs out{at::empty({batch, hidden}, c_prev.options()), at::empty({batch, hidden}, c_prev.options()),
+                          at::empty({batch, 4 * hidden}, c_prev.options()),
+                          at::empty({batch, hidden}, c_prev.options()), at::empty({batch, hidden}, c_prev.options()),
+                          at::empty({batch, hidden}, c_prev.options())};
+  lstm_update_into(x_term, h_term, c_prev, cap_input_gate, out);
+  return {out.h, out.c, out.activations.narrow(1, 0, 3 * hidden), out.j, out.i_used, out.tanh_c};
+}
+
+// Its gradient (models.cells.lstm_update_backward): those of the gate pre-activations, written to `d_gates`
+// (B, 4H, contiguous), and of c_prev, returned, given those of h and c.
+at::Tensor lstm_update_backward_into(const at::Tensor& sigmoids_in, const at::Tensor& j_in,
+                                     const at::Tensor& i_used_in, const at::Tensor& c_prev_in,
+                                     const at::Tensor& tanh_c_in, const at::Tensor& dh_in, const at::Tensor& dc_in,
+                                     bool cap_input_gate, const at::Tensor& d_gates) {
   const at::Tensor sigmoids = with_contiguous_columns(sigmoids_in);
   const at::Tensor j = j_in.contiguous(), i_used = i_used_in.contiguous(), c_prev = c_prev_in.contiguous();
   const at::Tensor tanh_c = tanh_c_in.contiguous(), dh = dh_in.contiguous(), dc = dc_in.contiguous();
   const int64_t batch = dh.size(0), hidden = dh.size(1);
-  at::Tensor d_gates = at::empty({batch, 4 * hidden}, dh.options()), dc_prev = at::empty_like(dh);
+  at::Tensor dc_prev = at::empty_like(dh);
   AT_DISPATCH_FLOATING_TYPES(dh.scalar_type(), "lstm_update_backward", [&] {
     using T = scalar_t;
     for_row_slices(batch, [&](int64_t first, int64_t rows) {
@@ -154,6 +171,14 @@ std::vector<at::Tensor> lstm_update_backward(const at::Tensor& sigmoids_in, cons
       }
     });
   });
+  return dc_prev;
+}
+
+std::vector<at::Tensor> lstm_update_backward(const at::Tensor& sigmoids, const at::Tensor& j, const at::Tensor& i_used,
+                                             const at::Tensor& c_prev, const at::Tensor& tanh_c, const at::Tensor& dh,
+                                             const at::Tensor& dc, bool cap_input_gate) {
+  at::Tensor d_gates = at::empty({dh.size(0), 4 * dh.size(1)}, dh.options());
+  at::Tensor dc_prev = lstm_update_backward_into(sigmoids, j, i_used, c_prev, tanh_c, dh, dc, cap_input_gate, d_gates);
   return {d_gates, dc_prev};
 }
 
@@ -176,24 +201,41 @@ at::Tensor gradient_product(const at::Tensor& grads, const at::Tensor& weight_t,
   return onednn ? recurrent_product(grads, weight_t, true) : at::mm(grads, weight_t);
 }
 
-// What the window loops keep of every step's update: its output h, c after it (c0 first) and the update's caches
-// (models.cells.lstm_update's order), each stacked over the window at the end.
+// What the window loops keep of every step's update, written in place: the outputs h, c before each step and after
+// the last (c0 first), and the update's caches (models.cells.lstm_update's order), each over the whole window.
 struct UpdateRecord {
-  std::vector<at::Tensor> outputs, cells, sigmoids, j, i_used, tanh_c;
+  at::Tensor outputs, cells, activations, j, i_used, tanh_c;
 
-  explicit UpdateRecord(const at::Tensor& c0) : cells{c0} {}
+  UpdateRecord(int64_t steps, const at::Tensor& c0)
+      : outputs(at::empty({steps, c0.size(0), c0.size(1)}, c0.options())),
+        cells(at::empty({steps + 1, c0.size(0), c0.size(1)}, c0.options())),
+        activations(at::empty({steps, c0.size(0), 4 * c0.size(1)}, c0.options())),
+        j(at::empty_like(outputs)), i_used(at::empty_like(outputs)), tanh_c(at::empty_like(outputs)) {
+    cells.select(0, 0).copy_(c0);
+  }
 
-  // Keeps one step's update (lstm_update's result) and returns its h.
-  const at::Tensor& add(const std::vector<at::Tensor>& step) {
-    outputs.push_back(step[0]);
-    cells.push_back(step[1]);
-    sigmoids.push_back(step[2]);
-    j.push_back(step[3]);
-    i_used.push_back(step[4]);
-    tanh_c.push_back(step[5]);
-    return outputs.back();
+  // Runs step t's update and returns its h.
+  at::Tensor add(int64_t t, const at::Tensor& x_term, const at::Tensor& h_term, bool cap_input_gate) {
+    lstm_update_into(x_term, h_term, cells.select(0, t), cap_input_gate,
+                     {outputs.select(0, t), cells.select(0, t + 1), activations.select(0, t), j.select(0, t),
+                      i_used.select(0, t), tanh_c.select(0, t)});
+    return outputs.select(0, t);
+  }
+
+  // The outputs, the cells and the caches, with sigma(i, f, o) as (T, B, 3H).
+  Tensors results() const {
+    return {outputs, cells, activations.narrow(2, 0, 3 * outputs.size(2)), j, i_used, tanh_c};
   }
 };
+
+// h times the state mask (h itself without one), written to `h_seen`.
+void masked_into(at::Tensor h_seen, const at::Tensor& h, const c10::optional<at::Tensor>& mask) {
+  if (mask.has_value()) {
+    at::mul_out(h_seen, h, *mask);
+  } else {
+    h_seen.copy_(h);
+  }
+}
 
 // The LSTM over a whole window (models/lstm_window.py): per step, h times the state mask, its product with the
 // recurrent weight, and the update above, with no Python between steps. x_part (T, B, 4H) holds the input side
@@ -204,16 +246,16 @@ std::vector<at::Tensor> lstm_window_forward(const at::Tensor& x_part, const at::
                                             const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0);
-  std::vector<at::Tensor> h_seen;
-  UpdateRecord record(c0);
-  at::Tensor h = h0;
+  UpdateRecord record(steps, c0);
+  at::Tensor h_seen = at::empty_like(record.outputs), h = h0;
   for (int64_t t = 0; t < steps; ++t) {
-    h_seen.push_back(mask.has_value() ? h * *mask : h);
-    const at::Tensor h_term = recurrent_product(h_seen.back(), weight, onednn);
-    h = record.add(lstm_update(x_part.select(0, t), h_term, record.cells.back(), cap_input_gate));
+    masked_into(h_seen.select(0, t), h, mask);
+    const at::Tensor h_term = recurrent_product(h_seen.select(0, t), weight, onednn);
+    h = record.add(t, x_part.select(0, t), h_term, cap_input_gate);
   }
-  return {at::stack(record.outputs), at::stack(h_seen), at::stack(record.cells), at::stack(record.sigmoids),
-          at::stack(record.j), at::stack(record.i_used), at::stack(record.tanh_c)};
+  Tensors results = record.results();
+  results.insert(results.begin() + 1, h_seen);
+  return results;
 }
 
 // Its backward through time: the gate pre-activation gradients of every step (T, B, 4H) and those of h0 and c0,
@@ -227,18 +269,16 @@ std::vector<at::Tensor> lstm_window_backward(const at::Tensor& d_outputs, const 
                                              const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = d_outputs.size(0);
-  std::vector<at::Tensor> d_gates(steps);
+  const at::Tensor d_gates = at::empty({steps, dh_last.size(0), 4 * dh_last.size(1)}, dh_last.options());
   at::Tensor dh = dh_last, dc = dc_last;
   for (int64_t t = steps - 1; t >= 0; --t) {
-    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
-                                                        cells.select(0, t), tanh_c.select(0, t),
-                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
-    d_gates[t] = step[0];
-    dc = step[1];
-    dh = gradient_product(step[0], weight_t, onednn);
+    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
+                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate,
+                                   d_gates.select(0, t));
+    dh = gradient_product(d_gates.select(0, t), weight_t, onednn);
     if (mask.has_value()) dh = dh * *mask;
   }
-  return {at::stack(d_gates), dh, dc};
+  return {d_gates, dh, dc};
 }
 
 // The mLSTM's window (Krause, eq. 3.5-3.9; models.cells.MLSTMCell): per step m = (W_mx x) * (W_mh h), the gates'
@@ -251,20 +291,21 @@ std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at:
                                              const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0), hidden = h0.size(1);
-  std::vector<at::Tensor> h_seen, factor_h, m;
-  UpdateRecord record(c0);
-  at::Tensor h = h0;
+  UpdateRecord record(steps, c0);
+  at::Tensor h_seen = at::empty_like(record.outputs), factor_h = at::empty_like(record.outputs);
+  at::Tensor m = at::empty_like(record.outputs), h = h0;
   for (int64_t t = 0; t < steps; ++t) {
     const at::Tensor x_t = x_part.select(0, t);
-    h_seen.push_back(mask.has_value() ? h * *mask : h);
-    factor_h.push_back(recurrent_product(h_seen.back(), hidden_factor, onednn));
-    m.push_back(x_t.narrow(1, 4 * hidden, hidden) * factor_h.back());
-    const at::Tensor h_term = recurrent_product(m.back(), weight, onednn, bias);
-    h = record.add(lstm_update(x_t.narrow(1, 0, 4 * hidden), h_term, record.cells.back(), cap_input_gate));
+    masked_into(h_seen.select(0, t), h, mask);
+    factor_h.select(0, t).copy_(recurrent_product(h_seen.select(0, t), hidden_factor, onednn));
+    at::Tensor m_t = m.select(0, t);
+    at::mul_out(m_t, x_t.narrow(1, 4 * hidden, hidden), factor_h.select(0, t));
+    const at::Tensor h_term = recurrent_product(m_t, weight, onednn, bias);
+    h = record.add(t, x_t.narrow(1, 0, 4 * hidden), h_term, cap_input_gate);
   }
-  return {at::stack(record.outputs), at::stack(h_seen), at::stack(m), at::stack(factor_h),
-          at::stack(record.cells), at::stack(record.sigmoids), at::stack(record.j), at::stack(record.i_used),
-          at::stack(record.tanh_c)};
+  Tensors results = record.results();
+  results.insert(results.begin() + 1, {h_seen, m, factor_h});
+  return results;
 }
 
 // Its backward through time: the gradients of x_part (T, B, 5H), of the gates' pre-activations (T, B, 4H), of
@@ -278,23 +319,24 @@ std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const
                                               bool onednn, const c10::optional<at::Tensor>& mask,
                                               bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
-  std::vector<at::Tensor> d_gates(steps), d_factor_x(steps), d_factor_h(steps);
+  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0), hidden = dh_last.size(1);
+  const at::Tensor d_x_part = at::empty({steps, batch, 5 * hidden}, dh_last.options());  // the gates', then W_mx x's
+  const at::Tensor d_gates = d_x_part.narrow(2, 0, 4 * hidden);
+  const at::Tensor d_factor_h = at::empty({steps, batch, hidden}, dh_last.options());
   at::Tensor dh = dh_last, dc = dc_last;
   for (int64_t t = steps - 1; t >= 0; --t) {
-    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
-                                                        cells.select(0, t), tanh_c.select(0, t),
-                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
-    d_gates[t] = step[0];
-    dc = step[1];
-    const at::Tensor d_m = gradient_product(step[0], weight_t, onednn);
-    d_factor_x[t] = d_m * factor_h.select(0, t);
-    d_factor_h[t] = d_m * x_part.select(0, t).narrow(1, 4 * hidden, hidden);
-    dh = gradient_product(d_factor_h[t], hidden_factor_t, onednn);
+    at::Tensor d_gates_t = at::empty({batch, 4 * hidden}, dh_last.options());
+    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
+                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate, d_gates_t);
+    d_gates.select(0, t).copy_(d_gates_t);
+    const at::Tensor d_m = gradient_product(d_gates_t, weight_t, onednn);
+    at::Tensor d_factor_x_t = d_x_part.select(0, t).narrow(1, 4 * hidden, hidden), d_factor_h_t = d_factor_h.select(0, t);
+    at::mul_out(d_factor_x_t, d_m, factor_h.select(0, t));
+    at::mul_out(d_factor_h_t, d_m, x_part.select(0, t).narrow(1, 4 * hidden, hidden));
+    dh = gradient_product(d_factor_h_t, hidden_factor_t, onednn);
     if (mask.has_value()) dh = dh * *mask;
   }
-  const at::Tensor gates = at::stack(d_gates);
-  return {at::cat({gates, at::stack(d_factor_x)}, 2), gates, at::stack(d_factor_h), dh, dc};
+  return {d_x_part, d_gates, d_factor_h, dh, dc};
 }
 
 // The BLAS torch's CPU library exports where it has one (MKL, in the x86-64 Linux wheels), resolved when the
@@ -445,16 +487,15 @@ std::vector<at::Tensor> mogrifier_lstm_window_forward(MogrifierWindow& mogrifier
                                                       bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
-  UpdateRecord record(c0);
+  UpdateRecord record(steps, c0);
   at::Tensor h = h0.contiguous();
   for (int64_t t = 0; t < steps; ++t) {
     mogrifier.forward(t, h, mask);
     const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
     const at::Tensor h_term = recurrent_product(h_values.select(0, t), weight, onednn);
-    h = record.add(lstm_update(x_term, h_term, record.cells.back(), cap_input_gate));
+    h = record.add(t, x_term, h_term, cap_input_gate);
   }
-  return {at::stack(record.outputs), at::stack(record.cells), at::stack(record.sigmoids), at::stack(record.j),
-          at::stack(record.i_used), at::stack(record.tanh_c)};
+  return record.results();
 }
 
 // Its backward through time: the gate pre-activation gradients of every step (T, B, 4H), those of the inputs
@@ -468,23 +509,20 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
                                                        const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
   const int64_t steps = d_outputs.size(0);
-  std::vector<at::Tensor> d_gates(steps), d_inputs(steps);
+  const at::Tensor d_gates = at::empty({steps, dh_last.size(0), 4 * dh_last.size(1)}, dh_last.options());
+  std::vector<at::Tensor> d_inputs(steps);
   at::Tensor dh = dh_last, dc = dc_last;
   for (int64_t t = steps - 1; t >= 0; --t) {
-    std::vector<at::Tensor> step = lstm_update_backward(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t),
-                                                        cells.select(0, t), tanh_c.select(0, t),
-                                                        dh + d_outputs.select(0, t), dc, cap_input_gate);
-    d_gates[t] = step[0];
-    dc = step[1];
-    at::Tensor dx = gradient_product(step[0], input_weight_t, onednn);
-    dh = gradient_product(step[0], weight_t, onednn);
-    dx = dx.contiguous();
-    dh = dh.contiguous();
+    const at::Tensor d_gates_t = d_gates.select(0, t);
+    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
+                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate, d_gates_t);
+    at::Tensor dx = gradient_product(d_gates_t, input_weight_t, onednn).contiguous();
+    dh = gradient_product(d_gates_t, weight_t, onednn).contiguous();
     mogrifier.backward(t, dx, dh);
     d_inputs[t] = dx;
     if (mask.has_value()) dh = dh * *mask;
   }
-  return {at::stack(d_gates), at::stack(d_inputs), dh, dc};
+  return {d_gates, at::stack(d_inputs), dh, dc};
 }
 
 
@@ -492,16 +530,19 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
 // read (state-masked, or mogrified). `weights` are the recurrent (3H: i, j, f), forget and output weights for
 // recurrent_product, `biases` the forget and output gates'. Returns h, c, what the forget and output weights read
 // (i * j, and c times the state mask) and `saved` (B, 6H): i, j, f, the input gate used (min(i, 1 - f) with the
-// cap), o and tanh(c), what the backward pass reads. tanh(x) is 2 sigma(2x) - 1, as in Python.
-std::vector<at::Tensor> rlstm_step(const at::Tensor& x_term_in, const at::Tensor& h_seen, const at::Tensor& c_prev,
-                                   const Tensors& weights, const Tensors& biases, bool onednn,
-                                   const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+// cap), o and tanh(c), what the backward pass reads. tanh(x) is 2 sigma(2x) - 1, as in Python. Writes them to
+// `out`'s contiguous tensors; without a mask, out.c_seen is out.c.
+struct RLSTMOutputs {
+  at::Tensor h, c, u, c_seen, saved;
+};
+
+void rlstm_step(const at::Tensor& x_term_in, const at::Tensor& h_seen, const at::Tensor& c_prev,
+                const Tensors& weights, const Tensors& biases, bool onednn, const c10::optional<at::Tensor>& mask,
+                bool cap_input_gate, const RLSTMOutputs& out) {
   const at::Tensor x_term = with_contiguous_columns(x_term_in);
   const at::Tensor from_h = recurrent_product(h_seen, weights[0], onednn).contiguous();
   const int64_t batch = c_prev.size(0), hidden = c_prev.size(1), width = 6 * hidden;
-  at::Tensor saved = at::empty({batch, width}, c_prev.options()), u = at::empty_like(c_prev);
-  at::Tensor h = at::empty_like(c_prev), c = at::empty_like(c_prev);
-  at::Tensor c_seen = mask.has_value() ? at::empty_like(c_prev) : c;
+  const at::Tensor &saved = out.saved, &u = out.u, &h = out.h, &c = out.c, &c_seen = out.c_seen;
   const at::Tensor m = mask.has_value() ? mask->expand_as(c_prev).contiguous() : c_prev;  // c_prev: unread
   auto sigmoid_columns = [&](int64_t first, int64_t rows, int64_t column, int64_t columns) {
     at::Tensor slice = saved.narrow(0, first, rows).narrow(1, column, columns);
@@ -571,7 +612,6 @@ std::vector<at::Tensor> rlstm_step(const at::Tensor& x_term_in, const at::Tensor
       }
     });
   });
-  return {h, c, u, c_seen, saved};
 }
 
 // Its gradient (models.cells.RLSTMCell.step_backward), given those of h and c: those of the pre-activations of
@@ -645,27 +685,31 @@ std::vector<at::Tensor> rlstm_step_backward(const at::Tensor& saved, const at::T
   return {d_pre, d_o, product(d_pre, weights_t[0]), dc_prev};
 }
 
-// What the RLSTM's window loops keep of every step: its output h, c after it (c0 first), what the forget and
-// output weights read, and the backward pass's `saved`, each stacked over the window at the end.
+// What the RLSTM's window loops keep of every step, written in place: its output h, c before each step and after
+// the last (c0 first), what the forget and output weights read (without a mask, the output gate reads c), and the
+// backward pass's `saved`, each over the whole window.
 struct RLSTMRecord {
-  Tensors outputs, cells, forget_inputs, output_inputs, saved;
+  at::Tensor outputs, cells, forget_inputs, output_inputs, saved;
 
-  explicit RLSTMRecord(const at::Tensor& c0) : cells{c0} {}
-
-  // Keeps one step (rlstm_step's result) and returns its h.
-  const at::Tensor& add(const Tensors& step) {
-    outputs.push_back(step[0]);
-    cells.push_back(step[1]);
-    forget_inputs.push_back(step[2]);
-    output_inputs.push_back(step[3]);
-    saved.push_back(step[4]);
-    return outputs.back();
+  RLSTMRecord(int64_t steps, const at::Tensor& c0, bool masked)
+      : outputs(at::empty({steps, c0.size(0), c0.size(1)}, c0.options())),
+        cells(at::empty({steps + 1, c0.size(0), c0.size(1)}, c0.options())),
+        forget_inputs(at::empty_like(outputs)),
+        output_inputs(masked ? at::empty_like(outputs) : cells.narrow(0, 1, steps)),
+        saved(at::empty({steps, c0.size(0), 6 * c0.size(1)}, c0.options())) {
+    cells.select(0, 0).copy_(c0);
   }
 
-  Tensors stacked() const {
-    return {at::stack(outputs), at::stack(cells), at::stack(forget_inputs), at::stack(output_inputs),
-            at::stack(saved)};
+  // Runs step t (rlstm_step) and returns its h.
+  at::Tensor add(int64_t t, const at::Tensor& x_term, const at::Tensor& h_seen, const Tensors& weights,
+                 const Tensors& biases, bool onednn, const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
+    rlstm_step(x_term, h_seen, cells.select(0, t), weights, biases, onednn, mask, cap_input_gate,
+               {outputs.select(0, t), cells.select(0, t + 1), forget_inputs.select(0, t), output_inputs.select(0, t),
+                saved.select(0, t)});
+    return outputs.select(0, t);
   }
+
+  Tensors results() const { return {outputs, cells, forget_inputs, output_inputs, saved}; }
 };
 
 // The RLSTM over a whole window (models/rlstm_window.py): x_part (T, B, 2H) holds the input side of every step
@@ -675,16 +719,15 @@ Tensors rlstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, con
                              const Tensors& weights, const Tensors& biases, bool onednn,
                              const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  Tensors h_seen;
-  RLSTMRecord record(c0.contiguous());
-  at::Tensor h = h0;
-  for (int64_t t = 0; t < x_part.size(0); ++t) {
-    h_seen.push_back(mask.has_value() ? h * *mask : h);
-    h = record.add(rlstm_step(x_part.select(0, t), h_seen.back(), record.cells.back(), weights, biases, onednn,
-                              mask, cap_input_gate));
+  const int64_t steps = x_part.size(0);
+  RLSTMRecord record(steps, c0, mask.has_value());
+  at::Tensor h_seen = at::empty_like(record.outputs), h = h0;
+  for (int64_t t = 0; t < steps; ++t) {
+    masked_into(h_seen.select(0, t), h, mask);
+    h = record.add(t, x_part.select(0, t), h_seen.select(0, t), weights, biases, onednn, mask, cap_input_gate);
   }
-  Tensors results = record.stacked();
-  results.push_back(at::stack(h_seen));
+  Tensors results = record.results();
+  results.push_back(h_seen);
   return results;
 }
 
@@ -717,15 +760,15 @@ Tensors mogrifier_rlstm_window_forward(MogrifierWindow& mogrifier, const at::Ten
                                        const Tensors& weights, const Tensors& biases, bool onednn,
                                        const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  RLSTMRecord record(c0.contiguous());
+  const int64_t steps = x_values.size(0);
+  RLSTMRecord record(steps, c0, mask.has_value());
   at::Tensor h = h0.contiguous();
-  for (int64_t t = 0; t < x_values.size(0); ++t) {
+  for (int64_t t = 0; t < steps; ++t) {
     mogrifier.forward(t, h, mask);
     const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
-    h = record.add(rlstm_step(x_term, h_values.select(0, t), record.cells.back(), weights, biases, onednn, mask,
-                              cap_input_gate));
+    h = record.add(t, x_term, h_values.select(0, t), weights, biases, onednn, mask, cap_input_gate);
   }
-  return record.stacked();
+  return record.results();
 }
 
 // Its backward through time: what rlstm_window_backward returns, with the gradients of the inputs (T, B, E)
