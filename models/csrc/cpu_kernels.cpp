@@ -3,11 +3,12 @@
 // window (an LSTM, an mLSTM, an RLSTM, each but the mLSTM plain or behind a mogrifier) that call them and the
 // recurrent products step by step.
 //
-// Every batch row is mogrified independently, so each thread takes a slice of the rows through every
-// round with single-threaded matrix multiplies: one fork per step instead of one per operation, no
-// Python between the operations, and the element-wise work of a round in one pass. The layout is
-// models/mogrifier_kernels.py's: value block j holds (T, B, D_j), block 0 the inputs, block 1 the
-// state-masked h, block r + 2 round r's result; gates, d_pre hold round r at block r; z, d_z are
+// Every batch row runs through a window independently, so the window loops give each thread a slice of the rows for
+// the whole window (for_batch_slices), with single-threaded matrix multiplies: one fork per window instead of
+// one per operation, no Python between the operations, and the element-wise work of a mogrifier round in one
+// pass. Called on its own (the Python loop's steps), a mogrifier step or an update splits its rows the same way.
+// The mogrifier's layout is models/mogrifier_kernels.py's: value block j holds (T, B, D_j), block 0 the inputs,
+// block 1 the state-masked h, block r + 2 round r's result; gates, d_pre hold round r at block r; z, d_z are
 // (rounds, T, B, K).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -56,6 +57,29 @@ void for_row_slices(int64_t batch, const Body& body) {
     at::NoGradGuard no_grad;
     body(begin, end - begin);
   });
+}
+
+// One thread's rows of the batch, [first, first + count): its slice of a (B, ...) tensor, or of step t of a
+// (T, B, ...) one; contiguous where the tensor is.
+struct RowRange {
+  int64_t first, count;
+
+  at::Tensor of(const at::Tensor& t) const { return t.narrow(0, first, count); }
+  c10::optional<at::Tensor> of(const c10::optional<at::Tensor>& mask) const {  // a (1, H) mask serves every row
+    return mask.has_value() && mask->size(0) > 1 ? c10::optional<at::Tensor>(of(*mask)) : mask;
+  }
+  at::Tensor at(const at::Tensor& window, int64_t t) const { return window.select(0, t).narrow(0, first, count); }
+};
+
+// Runs a window's whole loop over time once per slice of the batch, one slice per thread. A row's steps read only
+// that row, so the threads never wait for each other inside the window, and each runs its products and updates on
+// its own (ATen, oneDNN and the BLAS take one thread inside a parallel region). Split step by step instead, both
+// threads met several times per step, and a thread that another process kept off its core held the other one up
+// at each meeting: an LSTM layer's forward window took 32 ms split by rows and 556 ms split by steps, with another
+// process busy on one of the two cores (Zen 4).
+template <typename Loop>
+void for_batch_slices(int64_t batch, const Loop& loop) {
+  for_row_slices(batch, [&](int64_t first, int64_t count) { loop(RowRange{first, count}); });
 }
 
 // Where one step's update (lstm_update_into) writes: contiguous (B, H) tensors but `activations` (B, 4H), which
@@ -214,12 +238,13 @@ struct UpdateRecord {
     cells.select(0, 0).copy_(c0);
   }
 
-  // Runs step t's update and returns its h.
-  at::Tensor add(int64_t t, const at::Tensor& x_term, const at::Tensor& h_term, bool cap_input_gate) {
-    lstm_update_into(x_term, h_term, cells.select(0, t), cap_input_gate,
-                     {outputs.select(0, t), cells.select(0, t + 1), activations.select(0, t), j.select(0, t),
-                      i_used.select(0, t), tanh_c.select(0, t)});
-    return outputs.select(0, t);
+  // Runs step t's update for the batch rows `rows` and returns their h.
+  at::Tensor add(int64_t t, const RowRange& rows, const at::Tensor& x_term, const at::Tensor& h_term,
+                 bool cap_input_gate) {
+    lstm_update_into(x_term, h_term, rows.at(cells, t), cap_input_gate,
+                     {rows.at(outputs, t), rows.at(cells, t + 1), rows.at(activations, t), rows.at(j, t),
+                      rows.at(i_used, t), rows.at(tanh_c, t)});
+    return rows.at(outputs, t);
   }
 
   // The outputs, the cells and the caches, with sigma(i, f, o) as (T, B, 3H).
@@ -247,12 +272,16 @@ std::vector<at::Tensor> lstm_window_forward(const at::Tensor& x_part, const at::
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0);
   UpdateRecord record(steps, c0);
-  at::Tensor h_seen = at::empty_like(record.outputs), h = h0;
-  for (int64_t t = 0; t < steps; ++t) {
-    masked_into(h_seen.select(0, t), h, mask);
-    const at::Tensor h_term = recurrent_product(h_seen.select(0, t), weight, onednn);
-    h = record.add(t, x_part.select(0, t), h_term, cap_input_gate);
-  }
+  const at::Tensor h_seen = at::empty_like(record.outputs);
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0);
+    for (int64_t t = 0; t < steps; ++t) {
+      masked_into(rows.at(h_seen, t), h, keep);
+      const at::Tensor h_term = recurrent_product(rows.at(h_seen, t), weight, onednn);
+      h = record.add(t, rows, rows.at(x_part, t), h_term, cap_input_gate);
+    }
+  });
   Tensors results = record.results();
   results.insert(results.begin() + 1, h_seen);
   return results;
@@ -270,15 +299,21 @@ std::vector<at::Tensor> lstm_window_backward(const at::Tensor& d_outputs, const 
   at::NoGradGuard no_grad;
   const int64_t steps = d_outputs.size(0);
   const at::Tensor d_gates = at::empty({steps, dh_last.size(0), 4 * dh_last.size(1)}, dh_last.options());
-  at::Tensor dh = dh_last, dc = dc_last;
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
-                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate,
-                                   d_gates.select(0, t));
-    dh = gradient_product(d_gates.select(0, t), weight_t, onednn);
-    if (mask.has_value()) dh = dh * *mask;
-  }
-  return {d_gates, dh, dc};
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(dh_last.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const at::Tensor d_gates_t = rows.at(d_gates, t);
+      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+      dh = gradient_product(d_gates_t, weight_t, onednn);
+      if (keep.has_value()) dh = dh * *keep;
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {d_gates, dh_first, dc_first};
 }
 
 // The mLSTM's window (Krause, eq. 3.5-3.9; models.cells.MLSTMCell): per step m = (W_mx x) * (W_mh h), the gates'
@@ -292,17 +327,21 @@ std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at:
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0), hidden = h0.size(1);
   UpdateRecord record(steps, c0);
-  at::Tensor h_seen = at::empty_like(record.outputs), factor_h = at::empty_like(record.outputs);
-  at::Tensor m = at::empty_like(record.outputs), h = h0;
-  for (int64_t t = 0; t < steps; ++t) {
-    const at::Tensor x_t = x_part.select(0, t);
-    masked_into(h_seen.select(0, t), h, mask);
-    factor_h.select(0, t).copy_(recurrent_product(h_seen.select(0, t), hidden_factor, onednn));
-    at::Tensor m_t = m.select(0, t);
-    at::mul_out(m_t, x_t.narrow(1, 4 * hidden, hidden), factor_h.select(0, t));
-    const at::Tensor h_term = recurrent_product(m_t, weight, onednn, bias);
-    h = record.add(t, x_t.narrow(1, 0, 4 * hidden), h_term, cap_input_gate);
-  }
+  const at::Tensor h_seen = at::empty_like(record.outputs), factor_h = at::empty_like(record.outputs);
+  const at::Tensor m = at::empty_like(record.outputs);
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0);
+    for (int64_t t = 0; t < steps; ++t) {
+      const at::Tensor x_t = rows.at(x_part, t), factor_h_t = rows.at(factor_h, t);
+      masked_into(rows.at(h_seen, t), h, keep);
+      factor_h_t.copy_(recurrent_product(rows.at(h_seen, t), hidden_factor, onednn));
+      at::Tensor m_t = rows.at(m, t);
+      at::mul_out(m_t, x_t.narrow(1, 4 * hidden, hidden), factor_h_t);
+      const at::Tensor h_term = recurrent_product(m_t, weight, onednn, bias);
+      h = record.add(t, rows, x_t.narrow(1, 0, 4 * hidden), h_term, cap_input_gate);
+    }
+  });
   Tensors results = record.results();
   results.insert(results.begin() + 1, {h_seen, m, factor_h});
   return results;
@@ -323,20 +362,27 @@ std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const
   const at::Tensor d_x_part = at::empty({steps, batch, 5 * hidden}, dh_last.options());  // the gates', then W_mx x's
   const at::Tensor d_gates = d_x_part.narrow(2, 0, 4 * hidden);
   const at::Tensor d_factor_h = at::empty({steps, batch, hidden}, dh_last.options());
-  at::Tensor dh = dh_last, dc = dc_last;
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    at::Tensor d_gates_t = at::empty({batch, 4 * hidden}, dh_last.options());
-    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
-                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate, d_gates_t);
-    d_gates.select(0, t).copy_(d_gates_t);
-    const at::Tensor d_m = gradient_product(d_gates_t, weight_t, onednn);
-    at::Tensor d_factor_x_t = d_x_part.select(0, t).narrow(1, 4 * hidden, hidden), d_factor_h_t = d_factor_h.select(0, t);
-    at::mul_out(d_factor_x_t, d_m, factor_h.select(0, t));
-    at::mul_out(d_factor_h_t, d_m, x_part.select(0, t).narrow(1, 4 * hidden, hidden));
-    dh = gradient_product(d_factor_h_t, hidden_factor_t, onednn);
-    if (mask.has_value()) dh = dh * *mask;
-  }
-  return {d_x_part, d_gates, d_factor_h, dh, dc};
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(batch, [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const at::Tensor d_gates_t = at::empty({rows.count, 4 * hidden}, dh_last.options());
+      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+      rows.at(d_gates, t).copy_(d_gates_t);
+      const at::Tensor d_m = gradient_product(d_gates_t, weight_t, onednn);
+      at::Tensor d_factor_x_t = rows.at(d_x_part, t).narrow(1, 4 * hidden, hidden);
+      at::Tensor d_factor_h_t = rows.at(d_factor_h, t);
+      at::mul_out(d_factor_x_t, d_m, rows.at(factor_h, t));
+      at::mul_out(d_factor_h_t, d_m, rows.at(x_part, t).narrow(1, 4 * hidden, hidden));
+      dh = gradient_product(d_factor_h_t, hidden_factor_t, onednn);
+      if (keep.has_value()) dh = dh * *keep;
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {d_x_part, d_gates, d_factor_h, dh_first, dc_first};
 }
 
 // The BLAS torch's CPU library exports where it has one (MKL, in the x86-64 Linux wheels), resolved when the
@@ -405,58 +451,65 @@ class MogrifierWindow {
     }
   }
 
-  // Writes block 1 (h times the mask) and every round's z, gate and result at `step`.
-  void forward(int64_t step, const at::Tensor& h_in, const c10::optional<at::Tensor>& mask_in) {
+  int64_t input_size() const { return values_[0].size(2); }
+
+  // Writes block 1 (h times the mask) and every round's z, gate and result at `step`, the batch's rows split among
+  // the threads (the Python loop's call).
+  void forward(int64_t step, const at::Tensor& h_in, const c10::optional<at::Tensor>& mask) {
     const at::Tensor h = h_in.contiguous();
-    const c10::optional<at::Tensor> mask = mask_in.has_value() ? c10::optional<at::Tensor>(mask_in->contiguous())
-                                                                : c10::nullopt;
-    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = z_.size(3), hidden = h.size(1);
+    for_batch_slices(h.size(0), [&](const RowRange& rows) { forward_rows(step, rows.of(h), rows.of(mask), rows); });
+  }
+
+  // The same for the batch rows `rows` alone, given their h (contiguous) and mask (theirs, or one row for all).
+  void forward_rows(int64_t step, const at::Tensor& h, const c10::optional<at::Tensor>& mask, const RowRange& rows) {
+    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = z_.size(3), count = rows.count;
+    const at::Tensor keep = mask.has_value() ? mask->expand_as(h).contiguous() : h;  // h: unread
     AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "mogrify_forward", [&] {
       using T = scalar_t;
-      for_row_slices(h.size(0), [&](int64_t first, int64_t rows) {
-        Rows<T> at_rows{step, h.size(0), first};
-        T* __restrict__ h_seen = at_rows(values_[1]);
-        const T* __restrict__ h_rows = h.data_ptr<T>() + first * hidden;
-        const T* __restrict__ keep = mask.has_value() ? mask->data_ptr<T>() + first * hidden : nullptr;
-        for (int64_t i = 0; i < rows * hidden; ++i) h_seen[i] = keep ? h_rows[i] * keep[i] : h_rows[i];
-        for (int64_t r = 0; r < rounds; ++r) {
-          const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
-          T* z = at_rows(z_[r]);
-          small_product<T>(rows, rank, source, at_rows(values_[r + 1]), lefts_[r].data_ptr<T>(), true, 0, z);
-          T* gate = at_rows(gates_[r]);
-          const T* bias = biases_[r].data_ptr<T>();
-          for (int64_t row = 0; row < rows; ++row) std::copy(bias, bias + target, gate + row * target);
-          small_product<T>(rows, target, rank, z, rights_[r].data_ptr<T>(), true, 1, gate);
-          at::Tensor gate_rows = gates_[r].select(0, step).narrow(0, first, rows);
-          at::sigmoid_out(gate_rows, gate_rows);
-          gate_and_apply(gate, at_rows(values_[r]), at_rows(values_[r + 2]), rows * target);
-        }
-      });
+      Rows<T> at_rows{step, batch(), rows.first};
+      T* __restrict__ h_seen = at_rows(values_[1]);
+      const T *__restrict__ h_rows = h.data_ptr<T>(), *__restrict__ kept = keep.data_ptr<T>();
+      for (int64_t i = 0; i < h.numel(); ++i) h_seen[i] = mask.has_value() ? h_rows[i] * kept[i] : h_rows[i];
+      for (int64_t r = 0; r < rounds; ++r) {
+        const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
+        T* z = at_rows(z_[r]);
+        small_product<T>(count, rank, source, at_rows(values_[r + 1]), lefts_[r].data_ptr<T>(), true, 0, z);
+        T* gate = at_rows(gates_[r]);
+        const T* bias = biases_[r].data_ptr<T>();
+        for (int64_t row = 0; row < count; ++row) std::copy(bias, bias + target, gate + row * target);
+        small_product<T>(count, target, rank, z, rights_[r].data_ptr<T>(), true, 1, gate);
+        at::Tensor gate_rows = rows.at(gates_[r], step);
+        at::sigmoid_out(gate_rows, gate_rows);
+        gate_and_apply(gate, at_rows(values_[r]), at_rows(values_[r + 2]), count * target);
+      }
     });
   }
 
   // Rounds in reverse: turns the gradients of the mogrified (x, h), contiguous and updated in place, into those
-  // of the step's x and state-masked h, and writes every round's d_pre and d_z at `step`.
+  // of the step's x and state-masked h, and writes every round's d_pre and d_z at `step`; the batch's rows split
+  // among the threads (the Python loop's call).
   void backward(int64_t step, at::Tensor& d_x, at::Tensor& d_h) {
     TORCH_CHECK(d_x.is_contiguous() && d_h.is_contiguous(), "mogrifier gradients must be contiguous");
-    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = d_z_.size(3);
+    for_batch_slices(d_x.size(0), [&](const RowRange& rows) { backward_rows(step, rows.of(d_x), rows.of(d_h), rows); });
+  }
+
+  // The same for the batch rows `rows` alone, given their gradients (contiguous).
+  void backward_rows(int64_t step, const at::Tensor& d_x, const at::Tensor& d_h, const RowRange& rows) {
+    const int64_t rounds = static_cast<int64_t>(lefts_.size()), rank = d_z_.size(3), count = rows.count;
     AT_DISPATCH_FLOATING_TYPES(d_x.scalar_type(), "mogrify_backward", [&] {
       using T = scalar_t;
-      for_row_slices(d_x.size(0), [&](int64_t first, int64_t rows) {
-        Rows<T> at_rows{step, d_x.size(0), first};
-        T* dx = d_x.data_ptr<T>() + first * d_x.size(1);
-        T* dh = d_h.data_ptr<T>() + first * d_h.size(1);
-        for (int64_t r = rounds - 1; r >= 0; --r) {
-          T* d_target = r % 2 == 0 ? dx : dh;
-          T* d_source = r % 2 == 0 ? dh : dx;
-          const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
-          T* d_pre = at_rows(d_pre_[r]);
-          through_gate(at_rows(gates_[r]), at_rows(values_[r]), d_target, d_pre, rows * target);
-          T* d_z = at_rows(d_z_[r]);
-          small_product<T>(rows, rank, target, d_pre, rights_[r].data_ptr<T>(), false, 0, d_z);
-          small_product<T>(rows, source, rank, d_z, lefts_[r].data_ptr<T>(), false, 1, d_source);
-        }
-      });
+      Rows<T> at_rows{step, batch(), rows.first};
+      T *dx = d_x.data_ptr<T>(), *dh = d_h.data_ptr<T>();
+      for (int64_t r = rounds - 1; r >= 0; --r) {
+        T* d_target = r % 2 == 0 ? dx : dh;
+        T* d_source = r % 2 == 0 ? dh : dx;
+        const int64_t source = values_[r + 1].size(2), target = values_[r].size(2);
+        T* d_pre = at_rows(d_pre_[r]);
+        through_gate(at_rows(gates_[r]), at_rows(values_[r]), d_target, d_pre, count * target);
+        T* d_z = at_rows(d_z_[r]);
+        small_product<T>(count, rank, target, d_pre, rights_[r].data_ptr<T>(), false, 0, d_z);
+        small_product<T>(count, source, rank, d_z, lefts_[r].data_ptr<T>(), false, 1, d_source);
+      }
     });
   }
 
@@ -469,6 +522,8 @@ class MogrifierWindow {
       return block.data_ptr<T>() + (step * batch + first) * block.size(-1);
     }
   };
+
+  int64_t batch() const { return values_[0].size(1); }
 
   Tensors values_, gates_;
   at::Tensor z_;
@@ -488,13 +543,16 @@ std::vector<at::Tensor> mogrifier_lstm_window_forward(MogrifierWindow& mogrifier
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
   UpdateRecord record(steps, c0);
-  at::Tensor h = h0.contiguous();
-  for (int64_t t = 0; t < steps; ++t) {
-    mogrifier.forward(t, h, mask);
-    const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
-    const at::Tensor h_term = recurrent_product(h_values.select(0, t), weight, onednn);
-    h = record.add(t, x_term, h_term, cap_input_gate);
-  }
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0).contiguous();
+    for (int64_t t = 0; t < steps; ++t) {
+      mogrifier.forward_rows(t, h, keep, rows);
+      const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
+      const at::Tensor h_term = recurrent_product(rows.at(h_values, t), weight, onednn);
+      h = record.add(t, rows, x_term, h_term, cap_input_gate);
+    }
+  });
   return record.results();
 }
 
@@ -508,21 +566,27 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
                                                        const at::Tensor& weight_t, bool onednn,
                                                        const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0);
-  const at::Tensor d_gates = at::empty({steps, dh_last.size(0), 4 * dh_last.size(1)}, dh_last.options());
-  std::vector<at::Tensor> d_inputs(steps);
-  at::Tensor dh = dh_last, dc = dc_last;
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    const at::Tensor d_gates_t = d_gates.select(0, t);
-    dc = lstm_update_backward_into(sigmoids.select(0, t), j.select(0, t), i_used.select(0, t), cells.select(0, t),
-                                   tanh_c.select(0, t), dh + d_outputs.select(0, t), dc, cap_input_gate, d_gates_t);
-    at::Tensor dx = gradient_product(d_gates_t, input_weight_t, onednn).contiguous();
-    dh = gradient_product(d_gates_t, weight_t, onednn).contiguous();
-    mogrifier.backward(t, dx, dh);
-    d_inputs[t] = dx;
-    if (mask.has_value()) dh = dh * *mask;
-  }
-  return {d_gates, at::stack(d_inputs), dh, dc};
+  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0);
+  const at::Tensor d_gates = at::empty({steps, batch, 4 * dh_last.size(1)}, dh_last.options());
+  const at::Tensor d_inputs = at::empty({steps, batch, mogrifier.input_size()}, dh_last.options());
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(batch, [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const at::Tensor d_gates_t = rows.at(d_gates, t);
+      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+      const at::Tensor dx = gradient_product(d_gates_t, input_weight_t, onednn).contiguous();
+      dh = gradient_product(d_gates_t, weight_t, onednn).contiguous();
+      mogrifier.backward_rows(t, dx, dh, rows);
+      rows.at(d_inputs, t).copy_(dx);
+      if (keep.has_value()) dh = dh * *keep;
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {d_gates, d_inputs, dh_first, dc_first};
 }
 
 
@@ -700,13 +764,14 @@ struct RLSTMRecord {
     cells.select(0, 0).copy_(c0);
   }
 
-  // Runs step t (rlstm_step) and returns its h.
-  at::Tensor add(int64_t t, const at::Tensor& x_term, const at::Tensor& h_seen, const Tensors& weights,
-                 const Tensors& biases, bool onednn, const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
-    rlstm_step(x_term, h_seen, cells.select(0, t), weights, biases, onednn, mask, cap_input_gate,
-               {outputs.select(0, t), cells.select(0, t + 1), forget_inputs.select(0, t), output_inputs.select(0, t),
-                saved.select(0, t)});
-    return outputs.select(0, t);
+  // Runs step t (rlstm_step) for the batch rows `rows`, given their mask, and returns their h.
+  at::Tensor add(int64_t t, const RowRange& rows, const at::Tensor& x_term, const at::Tensor& h_seen,
+                 const Tensors& weights, const Tensors& biases, bool onednn, const c10::optional<at::Tensor>& mask,
+                 bool cap_input_gate) {
+    rlstm_step(x_term, h_seen, rows.at(cells, t), weights, biases, onednn, mask, cap_input_gate,
+               {rows.at(outputs, t), rows.at(cells, t + 1), rows.at(forget_inputs, t), rows.at(output_inputs, t),
+                rows.at(saved, t)});
+    return rows.at(outputs, t);
   }
 
   Tensors results() const { return {outputs, cells, forget_inputs, output_inputs, saved}; }
@@ -721,11 +786,15 @@ Tensors rlstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, con
   at::NoGradGuard no_grad;
   const int64_t steps = x_part.size(0);
   RLSTMRecord record(steps, c0, mask.has_value());
-  at::Tensor h_seen = at::empty_like(record.outputs), h = h0;
-  for (int64_t t = 0; t < steps; ++t) {
-    masked_into(h_seen.select(0, t), h, mask);
-    h = record.add(t, x_part.select(0, t), h_seen.select(0, t), weights, biases, onednn, mask, cap_input_gate);
-  }
+  const at::Tensor h_seen = at::empty_like(record.outputs);
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0);
+    for (int64_t t = 0; t < steps; ++t) {
+      masked_into(rows.at(h_seen, t), h, keep);
+      h = record.add(t, rows, rows.at(x_part, t), rows.at(h_seen, t), weights, biases, onednn, keep, cap_input_gate);
+    }
+  });
   Tensors results = record.results();
   results.push_back(h_seen);
   return results;
@@ -737,18 +806,25 @@ Tensors rlstm_window_backward(const at::Tensor& d_outputs, const at::Tensor& dh_
                               const at::Tensor& cells, const at::Tensor& saved, const Tensors& weights_t,
                               bool onednn, const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0);
-  Tensors d_pre(steps), d_o(steps);
-  at::Tensor dh = dh_last, dc = dc_last;
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    Tensors step = rlstm_step_backward(saved.select(0, t), cells.select(0, t), dh + d_outputs.select(0, t), dc,
-                                       weights_t, onednn, mask, cap_input_gate);
-    d_pre[t] = step[0];
-    d_o[t] = step[1];
-    dh = mask.has_value() ? step[2] * *mask : step[2];
-    dc = step[3];
-  }
-  return {at::stack(d_pre), at::stack(d_o), dh, dc};
+  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0), hidden = dh_last.size(1);
+  const at::Tensor d_pre = at::empty({steps, batch, 3 * hidden}, dh_last.options());
+  const at::Tensor d_o = at::empty({steps, batch, hidden}, dh_last.options());
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(batch, [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      Tensors step = rlstm_step_backward(rows.at(saved, t), rows.at(cells, t), dh + rows.at(d_outputs, t), dc,
+                                         weights_t, onednn, keep, cap_input_gate);
+      rows.at(d_pre, t).copy_(step[0]);
+      rows.at(d_o, t).copy_(step[1]);
+      dh = keep.has_value() ? step[2] * *keep : step[2];
+      dc = step[3];
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {d_pre, d_o, dh_first, dc_first};
 }
 
 // A mogrifier RLSTM's window: per step, the mogrifier's rounds (`mogrifier`, which keeps the mogrified x and h of
@@ -762,12 +838,15 @@ Tensors mogrifier_rlstm_window_forward(MogrifierWindow& mogrifier, const at::Ten
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
   RLSTMRecord record(steps, c0, mask.has_value());
-  at::Tensor h = h0.contiguous();
-  for (int64_t t = 0; t < steps; ++t) {
-    mogrifier.forward(t, h, mask);
-    const at::Tensor x_term = recurrent_product(x_values.select(0, t), input_weight, onednn, input_bias);
-    h = record.add(t, x_term, h_values.select(0, t), weights, biases, onednn, mask, cap_input_gate);
-  }
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0).contiguous();
+    for (int64_t t = 0; t < steps; ++t) {
+      mogrifier.forward_rows(t, h, keep, rows);
+      const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
+      h = record.add(t, rows, x_term, rows.at(h_values, t), weights, biases, onednn, keep, cap_input_gate);
+    }
+  });
   return record.results();
 }
 
@@ -779,23 +858,31 @@ Tensors mogrifier_rlstm_window_backward(MogrifierWindow& mogrifier, const at::Te
                                         const Tensors& weights_t, bool onednn, const c10::optional<at::Tensor>& mask,
                                         bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
-  Tensors d_pre(steps), d_o(steps), d_inputs(steps);
-  at::Tensor dh = dh_last, dc = dc_last;
-  for (int64_t t = steps - 1; t >= 0; --t) {
-    Tensors step = rlstm_step_backward(saved.select(0, t), cells.select(0, t), dh + d_outputs.select(0, t), dc,
-                                       weights_t, onednn, mask, cap_input_gate);
-    d_pre[t] = step[0];
-    d_o[t] = step[1];
-    const at::Tensor d_x_part = step[0].narrow(1, 0, 2 * hidden).contiguous();
-    at::Tensor dx = gradient_product(d_x_part, input_weight_t, onednn).contiguous();
-    dh = step[2];
-    mogrifier.backward(t, dx, dh);
-    d_inputs[t] = dx;
-    if (mask.has_value()) dh = dh * *mask;
-    dc = step[3];
-  }
-  return {at::stack(d_pre), at::stack(d_o), at::stack(d_inputs), dh, dc};
+  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0), hidden = dh_last.size(1);
+  const at::Tensor d_pre = at::empty({steps, batch, 3 * hidden}, dh_last.options());
+  const at::Tensor d_o = at::empty({steps, batch, hidden}, dh_last.options());
+  const at::Tensor d_inputs = at::empty({steps, batch, mogrifier.input_size()}, dh_last.options());
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(batch, [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      Tensors step = rlstm_step_backward(rows.at(saved, t), rows.at(cells, t), dh + rows.at(d_outputs, t), dc,
+                                         weights_t, onednn, keep, cap_input_gate);
+      rows.at(d_pre, t).copy_(step[0]);
+      rows.at(d_o, t).copy_(step[1]);
+      const at::Tensor d_x_part = step[0].narrow(1, 0, 2 * hidden).contiguous();
+      const at::Tensor dx = gradient_product(d_x_part, input_weight_t, onednn).contiguous();
+      dh = step[2].contiguous();
+      mogrifier.backward_rows(t, dx, dh, rows);
+      rows.at(d_inputs, t).copy_(dx);
+      if (keep.has_value()) dh = dh * *keep;
+      dc = step[3];
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {d_pre, d_o, d_inputs, dh_first, dc_first};
 }
 
 }  // namespace
