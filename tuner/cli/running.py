@@ -1,6 +1,7 @@
 """Commands that run trials: `launch`, `resume`, `sensitivity` and `worker`."""
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -23,6 +24,7 @@ from lm_tuner.tuner.cli.reading import print_study
 from lm_tuner.tuner.settings import Settings
 
 if TYPE_CHECKING:
+    from lm_tuner.tuner.cli.live_display import ProgressDisplay
     from lm_tuner.tuner.spec import StudySpec
 
 
@@ -38,8 +40,8 @@ def launch(
     """Run a study: every family tuned at the same parameter budget, trials run by Ray Tune.
 
     Launching a spec whose study exists (same name, identical spec) continues it. The warnings of `tuner plan`
-    (without its probe) are printed first; a study that cannot learn its task (a reverse-copy example longer than
-    a training window) is refused.
+    (without its probe) are printed before the trials start; a study that cannot learn its task (a reverse-copy
+    example longer than a training window) is refused.
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
@@ -58,22 +60,26 @@ def launch(
     except SpecError as error:
         refuse_spec(error)
     settings = Settings.from_options(storage, artifacts, address)
-    _warn_or_refuse(spec)
-    _run_study(spec, document, settings)
+    _run_study(spec, document, settings, vocab_size=_vocabulary_size_or_refuse(spec))
 
 
-def _warn_or_refuse(spec: "StudySpec") -> None:
-    """The plan's warnings, with the vocabulary of the corpus (read now; the launch reuses it). Data that cannot be
-    read, or a budget that fits no model, refuses the study here, as the launch would."""
+def _vocabulary_size_or_refuse(spec: "StudySpec") -> int:
+    """The size of the corpus's vocabulary (read now; the launch reuses the corpus). Data that cannot be read, or a
+    budget that fits no model, refuses the study here, as the launch would."""
     from lm_tuner.tuner.run.controller import StudyRefused, prepared_corpus
-    from lm_tuner.tuner.spec.plan import study_warnings
 
     try:
-        corpus = prepared_corpus(spec)
+        return len(prepared_corpus(spec).vocabulary)
     except StudyRefused as error:
         refuse(error)
-    for warning in study_warnings(spec, len(corpus.vocabulary)):
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+
+
+def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDisplay") -> None:
+    """The plan's warnings (working them out takes about 1.5 s: the launch does it while Ray starts)."""
+    from lm_tuner.tuner.spec.plan import study_warnings
+
+    for warning in study_warnings(spec, vocab_size):
+        display.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
 def resume(
@@ -88,7 +94,8 @@ def resume(
     _run_study(*stored_study(settings, name, missing_exit=2), settings)
 
 
-def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
+def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size: int | None = None) -> None:
+    """Runs the study and prints its summary; with `vocab_size` (a launch), the plan's warnings too."""
     from lm_tuner.tuner.cli.progress import live_progress
     from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study
 
@@ -100,7 +107,8 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings) -> None:
     )
     try:
         with stopping_cleanly(), live_progress(settings.storage_url, spec) as printer:
-            final = launch_study(spec, document, settings, callbacks=[printer])
+            warn = None if vocab_size is None else partial(_print_warnings, spec, vocab_size, printer.display)
+            final = launch_study(spec, document, settings, callbacks=[printer], while_ray_starts=warn)
     except (StudyConflict, StudyRefused) as error:
         refuse(error)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Sequence
 
 import ray
@@ -59,15 +60,17 @@ def launch_study(
     *,
     submitted_via: str = "cli",
     callbacks: Sequence[tune.Callback] = (),
+    while_ray_starts: Callable[[], None] | None = None,
 ) -> str:
     """Create (or continue) the study and run it to the end; returns its final status. Its data and budget are
-    checked first: a study that cannot run is refused (StudyRefused) before anything is stored."""
+    checked first: a study that cannot run is refused (StudyRefused) before anything is stored. Once the study is
+    claimed, `while_ray_starts` (if given) runs in a thread of its own while Ray starts (see connect_ray_while)."""
     prepared_corpus(spec)
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
-        return run_claimed_study(spec, settings, callbacks=callbacks)
+        return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
     except KeyboardInterrupt:
         _finish(settings.storage_url, spec.name, "failed", f"interrupted; its running trials run again when it "
                                                              f"continues (`tuner resume {spec.name}`)")
@@ -109,8 +112,10 @@ def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) ->
         record.error = None
 
 
-def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = ()) -> str:
-    """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status."""
+def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = (),
+                      while_ray_starts: Callable[[], None] | None = None) -> str:
+    """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status. Ray is
+    started when a stage first needs it, or at once where `while_ray_starts` is given (see connect_ray_while)."""
     url = settings.storage_url
     try:
         corpus = prepared_corpus(spec)
@@ -120,6 +125,8 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             record.best_possible_loss = corpus.best_cross_entropy
             record.artifact_root = str(settings.artifact_root.resolve())  # where `tuner best` finds checkpoints
         _fail_interrupted_trials(url, spec)
+        if while_ray_starts is not None:
+            connect_ray_while(settings, while_ray_starts)
         _step(url, spec, lambda: tune_families(spec, vocab_size, settings, callbacks), settings)
         missing = sum(max(0, spec.tuning.trials - settled_trials(url, optuna_study_name(spec.name, f)))
                       for f in spec.families)
@@ -188,6 +195,28 @@ def connect_ray(settings: Settings) -> None:
     with signal_handlers_kept():  # how this process stops on SIGTERM is its command's choice, not Ray's
         ray.init(address=ray_address(settings), include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False)
+
+
+def connect_ray_while(settings: Settings, work: Callable[[], None]) -> None:
+    """connect_ray, with `work` done meanwhile in another thread: while Ray starts, this process mostly waits for the
+    processes Ray starts (about 3 s), which leaves time on its core. Returns once both are done; an exception from
+    `work` is raised here, after Ray has started (one from Ray's start comes first)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # handed to the caller's thread, which decides
+            failures.append(error)
+
+    helper = threading.Thread(target=run, name="while-ray-starts")
+    helper.start()
+    try:
+        connect_ray(settings)  # here: a Ray started from another thread does not shut down cleanly (waits 60 s)
+    finally:
+        helper.join()
+    if failures:
+        raise failures[0]
 
 
 def ray_address(settings: Settings) -> str:
