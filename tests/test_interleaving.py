@@ -85,6 +85,29 @@ def test_each_trial_goes_to_the_family_with_the_fewest_and_its_results_come_back
     assert (lstm.results, mogrifier.completed, mogrifier.results, lstm.completed) == (["t2"], ["t1"], [], [])
 
 
+def test_on_a_tie_the_family_whose_trials_took_longest_goes_first_once_each_has_finished_one():
+    now = [0.0]
+    lstm, mogrifier = FakeSearcher("lstm"), FakeSearcher("mogrifier")
+    shares = [FamilyShare("lstm", lstm, trials=3), FamilyShare("mogrifier", mogrifier, trials=3)]
+    searcher = InterleavedSearcher(shares, clock=lambda: now[0])
+
+    def propose(trial_id: str) -> str:
+        return searcher.suggest(trial_id)["family"]
+
+    assert [propose("l0"), propose("m0")] == ["lstm", "mogrifier"]  # no trial has finished: the families' order
+    now[0] = 10.0
+    searcher.on_trial_complete("l0", {"loss": 1.0})
+    assert propose("l1") == "lstm"  # the only family with the fewest trials
+    now[0] = 12.0
+    assert propose("m1") == "mogrifier"
+    now[0] = 17.0
+    searcher.on_trial_complete("m0", {"loss": 1.0})  # 17 s against the lstm's 10 s
+    searcher.on_trial_complete("l1", {"loss": 1.0})
+    assert [propose("m2"), propose("l2")] == ["mogrifier", "lstm"]  # the longer trials start first
+    assert [share.seconds for share in shares] == [[10.0, 7.0], [17.0]]
+    assert (lstm.completed, mogrifier.completed) == (["l0", "l1"], ["m0"])
+
+
 def test_a_searcher_needs_one_share_per_family():
     with pytest.raises(ValueError, match="one share per family"):
         InterleavedSearcher([FamilyShare("lstm", FakeSearcher("lstm"), 1),
@@ -193,10 +216,12 @@ def test_families_take_turns_in_shared_slots_after_the_kernels_are_ready(ray_clu
     assert launch_study(parse_spec(document), document, Settings(sqlite_url, tmp_path / "artifacts"),
                         callbacks=[Recorder()]) == "complete"
     assert EVENTS[0] == "kernels" and EVENTS.count("kernels") == 1
-    # Proposed strictly in turn; trials proposed together may start in either order, so at every start each
-    # family has started as many trials as the other, give or take the 2 slots.
-    trials = tuning_trials(sqlite_url)
-    assert [(t.family, t.number) for t in trials] == [(f, n) for n in range(3) for f in ("lstm", "mogrifier")]
+    # Proposed strictly in turn (which family of a turn goes first depends on how long their trials took); trials
+    # proposed together may start in either order, so at every start each family has started as many trials as
+    # the other, give or take the 2 slots.
+    proposed = [(t.family, t.number) for t in tuning_trials(sqlite_url)]
+    assert [set(proposed[turn:turn + 2]) for turn in range(0, 6, 2)] == [{("lstm", n), ("mogrifier", n)}
+                                                                         for n in range(3)]
     starts = EVENTS[1:]
     assert len(starts) == 6 and all(abs(starts[:n].count("start lstm") - starts[:n].count("start mogrifier")) <= 2
                                     for n in range(1, 7)), starts
