@@ -82,6 +82,38 @@ void for_batch_slices(int64_t batch, const Loop& loop) {
   for_row_slices(batch, [&](int64_t first, int64_t count) { loop(RowRange{first, count}); });
 }
 
+// The forward loops' frame: per slice of the batch, the steps from the first to the last, each
+// `step(t, rows, h, keep)` turning the h before it (unmasked; `keep` is the rows' state mask) into its output.
+template <typename Step>
+void forward_through_time(int64_t steps, const at::Tensor& h0, const c10::optional<at::Tensor>& mask,
+                          const Step& step) {
+  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor h = rows.of(h0).contiguous();
+    for (int64_t t = 0; t < steps; ++t) h = step(t, rows, h, keep);
+  });
+}
+
+// The backward loops' frame: per slice of the batch, the steps from the last to the first, each
+// `step(t, rows, dh, dc)` turning the gradients of its h (the output's included) and c into those of the h its
+// products read and of c before it; the state mask is applied here. Returns the gradients of h0 and c0.
+template <typename Step>
+Tensors backward_through_time(int64_t steps, const at::Tensor& dh_last, const at::Tensor& dc_last,
+                              const c10::optional<at::Tensor>& mask, const Step& step) {
+  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
+  for_batch_slices(dh_last.size(0), [&](const RowRange& rows) {
+    const c10::optional<at::Tensor> keep = rows.of(mask);
+    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      step(t, rows, dh, dc);
+      if (keep.has_value()) dh = dh * *keep;
+    }
+    rows.of(dh_first).copy_(dh);
+    rows.of(dc_first).copy_(dc);
+  });
+  return {dh_first, dc_first};
+}
+
 // Where one step's update (lstm_update_into) writes: contiguous (B, H) tensors but `activations` (B, 4H), which
 // holds sigma(i, f, o) and sigma(2 j). The window loops pass one step of window-sized tensors.
 struct UpdateOutputs {
@@ -273,14 +305,11 @@ std::vector<at::Tensor> lstm_window_forward(const at::Tensor& x_part, const at::
   const int64_t steps = x_part.size(0);
   UpdateRecord record(steps, c0);
   const at::Tensor h_seen = at::empty_like(record.outputs);
-  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor h = rows.of(h0);
-    for (int64_t t = 0; t < steps; ++t) {
-      masked_into(rows.at(h_seen, t), h, keep);
-      const at::Tensor h_term = recurrent_product(rows.at(h_seen, t), weight, onednn);
-      h = record.add(t, rows, rows.at(x_part, t), h_term, cap_input_gate);
-    }
+  forward_through_time(steps, h0, mask, [&](int64_t t, const RowRange& rows, const at::Tensor& h,
+                                            const c10::optional<at::Tensor>& keep) {
+    masked_into(rows.at(h_seen, t), h, keep);
+    const at::Tensor h_term = recurrent_product(rows.at(h_seen, t), weight, onednn);
+    return record.add(t, rows, rows.at(x_part, t), h_term, cap_input_gate);
   });
   Tensors results = record.results();
   results.insert(results.begin() + 1, h_seen);
@@ -299,21 +328,14 @@ std::vector<at::Tensor> lstm_window_backward(const at::Tensor& d_outputs, const 
   at::NoGradGuard no_grad;
   const int64_t steps = d_outputs.size(0);
   const at::Tensor d_gates = at::empty({steps, dh_last.size(0), 4 * dh_last.size(1)}, dh_last.options());
-  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
-  for_batch_slices(dh_last.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const at::Tensor d_gates_t = rows.at(d_gates, t);
-      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
-                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
-      dh = gradient_product(d_gates_t, weight_t, onednn);
-      if (keep.has_value()) dh = dh * *keep;
-    }
-    rows.of(dh_first).copy_(dh);
-    rows.of(dc_first).copy_(dc);
+  Tensors first = backward_through_time(steps, dh_last, dc_last, mask, [&](int64_t t, const RowRange& rows,
+                                                                            at::Tensor& dh, at::Tensor& dc) {
+    const at::Tensor d_gates_t = rows.at(d_gates, t);
+    dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                   rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+    dh = gradient_product(d_gates_t, weight_t, onednn);
   });
-  return {d_gates, dh_first, dc_first};
+  return {d_gates, first[0], first[1]};
 }
 
 // The mLSTM's window (Krause, eq. 3.5-3.9; models.cells.MLSTMCell): per step m = (W_mx x) * (W_mh h), the gates'
@@ -329,18 +351,15 @@ std::vector<at::Tensor> mlstm_window_forward(const at::Tensor& x_part, const at:
   UpdateRecord record(steps, c0);
   const at::Tensor h_seen = at::empty_like(record.outputs), factor_h = at::empty_like(record.outputs);
   const at::Tensor m = at::empty_like(record.outputs);
-  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor h = rows.of(h0);
-    for (int64_t t = 0; t < steps; ++t) {
-      const at::Tensor x_t = rows.at(x_part, t), factor_h_t = rows.at(factor_h, t);
-      masked_into(rows.at(h_seen, t), h, keep);
-      factor_h_t.copy_(recurrent_product(rows.at(h_seen, t), hidden_factor, onednn));
-      at::Tensor m_t = rows.at(m, t);
-      at::mul_out(m_t, x_t.narrow(1, 4 * hidden, hidden), factor_h_t);
-      const at::Tensor h_term = recurrent_product(m_t, weight, onednn, bias);
-      h = record.add(t, rows, x_t.narrow(1, 0, 4 * hidden), h_term, cap_input_gate);
-    }
+  forward_through_time(steps, h0, mask, [&](int64_t t, const RowRange& rows, const at::Tensor& h,
+                                            const c10::optional<at::Tensor>& keep) {
+    const at::Tensor x_t = rows.at(x_part, t), factor_h_t = rows.at(factor_h, t);
+    masked_into(rows.at(h_seen, t), h, keep);
+    factor_h_t.copy_(recurrent_product(rows.at(h_seen, t), hidden_factor, onednn));
+    at::Tensor m_t = rows.at(m, t);
+    at::mul_out(m_t, x_t.narrow(1, 4 * hidden, hidden), factor_h_t);
+    const at::Tensor h_term = recurrent_product(m_t, weight, onednn, bias);
+    return record.add(t, rows, x_t.narrow(1, 0, 4 * hidden), h_term, cap_input_gate);
   });
   Tensors results = record.results();
   results.insert(results.begin() + 1, {h_seen, m, factor_h});
@@ -362,27 +381,20 @@ std::vector<at::Tensor> mlstm_window_backward(const at::Tensor& d_outputs, const
   const at::Tensor d_x_part = at::empty({steps, batch, 5 * hidden}, dh_last.options());  // the gates', then W_mx x's
   const at::Tensor d_gates = d_x_part.narrow(2, 0, 4 * hidden);
   const at::Tensor d_factor_h = at::empty({steps, batch, hidden}, dh_last.options());
-  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
-  for_batch_slices(batch, [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const at::Tensor d_gates_t = at::empty({rows.count, 4 * hidden}, dh_last.options());
-      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
-                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
-      rows.at(d_gates, t).copy_(d_gates_t);
-      const at::Tensor d_m = gradient_product(d_gates_t, weight_t, onednn);
-      at::Tensor d_factor_x_t = rows.at(d_x_part, t).narrow(1, 4 * hidden, hidden);
-      at::Tensor d_factor_h_t = rows.at(d_factor_h, t);
-      at::mul_out(d_factor_x_t, d_m, rows.at(factor_h, t));
-      at::mul_out(d_factor_h_t, d_m, rows.at(x_part, t).narrow(1, 4 * hidden, hidden));
-      dh = gradient_product(d_factor_h_t, hidden_factor_t, onednn);
-      if (keep.has_value()) dh = dh * *keep;
-    }
-    rows.of(dh_first).copy_(dh);
-    rows.of(dc_first).copy_(dc);
+  Tensors first = backward_through_time(steps, dh_last, dc_last, mask, [&](int64_t t, const RowRange& rows,
+                                                                            at::Tensor& dh, at::Tensor& dc) {
+    const at::Tensor d_gates_t = at::empty({rows.count, 4 * hidden}, dh_last.options());
+    dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                   rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+    rows.at(d_gates, t).copy_(d_gates_t);
+    const at::Tensor d_m = gradient_product(d_gates_t, weight_t, onednn);
+    at::Tensor d_factor_x_t = rows.at(d_x_part, t).narrow(1, 4 * hidden, hidden);
+    at::Tensor d_factor_h_t = rows.at(d_factor_h, t);
+    at::mul_out(d_factor_x_t, d_m, rows.at(factor_h, t));
+    at::mul_out(d_factor_h_t, d_m, rows.at(x_part, t).narrow(1, 4 * hidden, hidden));
+    dh = gradient_product(d_factor_h_t, hidden_factor_t, onednn);
   });
-  return {d_x_part, d_gates, d_factor_h, dh_first, dc_first};
+  return {d_x_part, d_gates, d_factor_h, first[0], first[1]};
 }
 
 // The BLAS torch's CPU library exports where it has one (MKL, in the x86-64 Linux wheels), resolved when the
@@ -543,15 +555,12 @@ std::vector<at::Tensor> mogrifier_lstm_window_forward(MogrifierWindow& mogrifier
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
   UpdateRecord record(steps, c0);
-  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor h = rows.of(h0).contiguous();
-    for (int64_t t = 0; t < steps; ++t) {
-      mogrifier.forward_rows(t, h, keep, rows);
-      const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
-      const at::Tensor h_term = recurrent_product(rows.at(h_values, t), weight, onednn);
-      h = record.add(t, rows, x_term, h_term, cap_input_gate);
-    }
+  forward_through_time(steps, h0, mask, [&](int64_t t, const RowRange& rows, const at::Tensor& h,
+                                            const c10::optional<at::Tensor>& keep) {
+    mogrifier.forward_rows(t, h, keep, rows);
+    const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
+    const at::Tensor h_term = recurrent_product(rows.at(h_values, t), weight, onednn);
+    return record.add(t, rows, x_term, h_term, cap_input_gate);
   });
   return record.results();
 }
@@ -569,24 +578,17 @@ std::vector<at::Tensor> mogrifier_lstm_window_backward(MogrifierWindow& mogrifie
   const int64_t steps = d_outputs.size(0), batch = dh_last.size(0);
   const at::Tensor d_gates = at::empty({steps, batch, 4 * dh_last.size(1)}, dh_last.options());
   const at::Tensor d_inputs = at::empty({steps, batch, mogrifier.input_size()}, dh_last.options());
-  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
-  for_batch_slices(batch, [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      const at::Tensor d_gates_t = rows.at(d_gates, t);
-      dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
-                                     rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
-      const at::Tensor dx = gradient_product(d_gates_t, input_weight_t, onednn).contiguous();
-      dh = gradient_product(d_gates_t, weight_t, onednn).contiguous();
-      mogrifier.backward_rows(t, dx, dh, rows);
-      rows.at(d_inputs, t).copy_(dx);
-      if (keep.has_value()) dh = dh * *keep;
-    }
-    rows.of(dh_first).copy_(dh);
-    rows.of(dc_first).copy_(dc);
+  Tensors first = backward_through_time(steps, dh_last, dc_last, mask, [&](int64_t t, const RowRange& rows,
+                                                                            at::Tensor& dh, at::Tensor& dc) {
+    const at::Tensor d_gates_t = rows.at(d_gates, t);
+    dc = lstm_update_backward_into(rows.at(sigmoids, t), rows.at(j, t), rows.at(i_used, t), rows.at(cells, t),
+                                   rows.at(tanh_c, t), dh + rows.at(d_outputs, t), dc, cap_input_gate, d_gates_t);
+    const at::Tensor dx = gradient_product(d_gates_t, input_weight_t, onednn).contiguous();
+    dh = gradient_product(d_gates_t, weight_t, onednn).contiguous();
+    mogrifier.backward_rows(t, dx, dh, rows);
+    rows.at(d_inputs, t).copy_(dx);
   });
-  return {d_gates, d_inputs, dh_first, dc_first};
+  return {d_gates, d_inputs, first[0], first[1]};
 }
 
 
@@ -787,18 +789,39 @@ Tensors rlstm_window_forward(const at::Tensor& x_part, const at::Tensor& h0, con
   const int64_t steps = x_part.size(0);
   RLSTMRecord record(steps, c0, mask.has_value());
   const at::Tensor h_seen = at::empty_like(record.outputs);
-  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor h = rows.of(h0);
-    for (int64_t t = 0; t < steps; ++t) {
-      masked_into(rows.at(h_seen, t), h, keep);
-      h = record.add(t, rows, rows.at(x_part, t), rows.at(h_seen, t), weights, biases, onednn, keep, cap_input_gate);
-    }
+  forward_through_time(steps, h0, mask, [&](int64_t t, const RowRange& rows, const at::Tensor& h,
+                                            const c10::optional<at::Tensor>& keep) {
+    masked_into(rows.at(h_seen, t), h, keep);
+    return record.add(t, rows, rows.at(x_part, t), rows.at(h_seen, t), weights, biases, onednn, keep, cap_input_gate);
   });
   Tensors results = record.results();
   results.push_back(h_seen);
   return results;
 }
+
+// What the RLSTM's backward loops keep of every step: the gradients of the pre-activations of i, j and f
+// (T, B, 3H) and of the output gate's (T, B, H).
+struct RLSTMGradients {
+  at::Tensor d_pre, d_o;
+
+  RLSTMGradients(int64_t steps, const at::Tensor& dh_last)
+      : d_pre(at::empty({steps, dh_last.size(0), 3 * dh_last.size(1)}, dh_last.options())),
+        d_o(at::empty({steps, dh_last.size(0), dh_last.size(1)}, dh_last.options())) {}
+
+  // Step t backward (rlstm_step_backward) for the batch rows `rows`: turns dh (its output's gradient not yet added)
+  // and dc into those of the h its products read and of c before it; returns the step's d_pre.
+  at::Tensor step(int64_t t, const RowRange& rows, const at::Tensor& saved, const at::Tensor& cells,
+                  const at::Tensor& d_outputs, const Tensors& weights_t, bool onednn,
+                  const c10::optional<at::Tensor>& mask, bool cap_input_gate, at::Tensor& dh, at::Tensor& dc) {
+    Tensors step = rlstm_step_backward(rows.at(saved, t), rows.at(cells, t), dh + rows.at(d_outputs, t), dc,
+                                       weights_t, onednn, rows.of(mask), cap_input_gate);
+    rows.at(d_pre, t).copy_(step[0]);
+    rows.at(d_o, t).copy_(step[1]);
+    dh = step[2];
+    dc = step[3];
+    return step[0];
+  }
+};
 
 // Its backward through time: the gradients of the pre-activations of i, j and f (T, B, 3H), of the output gate's
 // (T, B, H), of h0 and of c0.
@@ -806,25 +829,13 @@ Tensors rlstm_window_backward(const at::Tensor& d_outputs, const at::Tensor& dh_
                               const at::Tensor& cells, const at::Tensor& saved, const Tensors& weights_t,
                               bool onednn, const c10::optional<at::Tensor>& mask, bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0), hidden = dh_last.size(1);
-  const at::Tensor d_pre = at::empty({steps, batch, 3 * hidden}, dh_last.options());
-  const at::Tensor d_o = at::empty({steps, batch, hidden}, dh_last.options());
-  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
-  for_batch_slices(batch, [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      Tensors step = rlstm_step_backward(rows.at(saved, t), rows.at(cells, t), dh + rows.at(d_outputs, t), dc,
-                                         weights_t, onednn, keep, cap_input_gate);
-      rows.at(d_pre, t).copy_(step[0]);
-      rows.at(d_o, t).copy_(step[1]);
-      dh = keep.has_value() ? step[2] * *keep : step[2];
-      dc = step[3];
-    }
-    rows.of(dh_first).copy_(dh);
-    rows.of(dc_first).copy_(dc);
+  const int64_t steps = d_outputs.size(0);
+  RLSTMGradients grads(steps, dh_last);
+  Tensors first = backward_through_time(steps, dh_last, dc_last, mask, [&](int64_t t, const RowRange& rows,
+                                                                            at::Tensor& dh, at::Tensor& dc) {
+    grads.step(t, rows, saved, cells, d_outputs, weights_t, onednn, mask, cap_input_gate, dh, dc);
   });
-  return {d_pre, d_o, dh_first, dc_first};
+  return {grads.d_pre, grads.d_o, first[0], first[1]};
 }
 
 // A mogrifier RLSTM's window: per step, the mogrifier's rounds (`mogrifier`, which keeps the mogrified x and h of
@@ -838,14 +849,11 @@ Tensors mogrifier_rlstm_window_forward(MogrifierWindow& mogrifier, const at::Ten
   at::NoGradGuard no_grad;
   const int64_t steps = x_values.size(0);
   RLSTMRecord record(steps, c0, mask.has_value());
-  for_batch_slices(h0.size(0), [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor h = rows.of(h0).contiguous();
-    for (int64_t t = 0; t < steps; ++t) {
-      mogrifier.forward_rows(t, h, keep, rows);
-      const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
-      h = record.add(t, rows, x_term, rows.at(h_values, t), weights, biases, onednn, keep, cap_input_gate);
-    }
+  forward_through_time(steps, h0, mask, [&](int64_t t, const RowRange& rows, const at::Tensor& h,
+                                            const c10::optional<at::Tensor>& keep) {
+    mogrifier.forward_rows(t, h, keep, rows);
+    const at::Tensor x_term = recurrent_product(rows.at(x_values, t), input_weight, onednn, input_bias);
+    return record.add(t, rows, x_term, rows.at(h_values, t), weights, biases, onednn, keep, cap_input_gate);
   });
   return record.results();
 }
@@ -858,31 +866,20 @@ Tensors mogrifier_rlstm_window_backward(MogrifierWindow& mogrifier, const at::Te
                                         const Tensors& weights_t, bool onednn, const c10::optional<at::Tensor>& mask,
                                         bool cap_input_gate) {
   at::NoGradGuard no_grad;
-  const int64_t steps = d_outputs.size(0), batch = dh_last.size(0), hidden = dh_last.size(1);
-  const at::Tensor d_pre = at::empty({steps, batch, 3 * hidden}, dh_last.options());
-  const at::Tensor d_o = at::empty({steps, batch, hidden}, dh_last.options());
-  const at::Tensor d_inputs = at::empty({steps, batch, mogrifier.input_size()}, dh_last.options());
-  const at::Tensor dh_first = at::empty_like(dh_last), dc_first = at::empty_like(dc_last);
-  for_batch_slices(batch, [&](const RowRange& rows) {
-    const c10::optional<at::Tensor> keep = rows.of(mask);
-    at::Tensor dh = rows.of(dh_last), dc = rows.of(dc_last);
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      Tensors step = rlstm_step_backward(rows.at(saved, t), rows.at(cells, t), dh + rows.at(d_outputs, t), dc,
-                                         weights_t, onednn, keep, cap_input_gate);
-      rows.at(d_pre, t).copy_(step[0]);
-      rows.at(d_o, t).copy_(step[1]);
-      const at::Tensor d_x_part = step[0].narrow(1, 0, 2 * hidden).contiguous();
-      const at::Tensor dx = gradient_product(d_x_part, input_weight_t, onednn).contiguous();
-      dh = step[2].contiguous();
-      mogrifier.backward_rows(t, dx, dh, rows);
-      rows.at(d_inputs, t).copy_(dx);
-      if (keep.has_value()) dh = dh * *keep;
-      dc = step[3];
-    }
-    rows.of(dh_first).copy_(dh);
-    rows.of(dc_first).copy_(dc);
+  const int64_t steps = d_outputs.size(0), hidden = dh_last.size(1);
+  RLSTMGradients grads(steps, dh_last);
+  const at::Tensor d_inputs = at::empty({steps, dh_last.size(0), mogrifier.input_size()}, dh_last.options());
+  Tensors first = backward_through_time(steps, dh_last, dc_last, mask, [&](int64_t t, const RowRange& rows,
+                                                                            at::Tensor& dh, at::Tensor& dc) {
+    const at::Tensor d_pre = grads.step(t, rows, saved, cells, d_outputs, weights_t, onednn, mask, cap_input_gate,
+                                        dh, dc);
+    const at::Tensor d_x_part = d_pre.narrow(1, 0, 2 * hidden).contiguous();
+    const at::Tensor dx = gradient_product(d_x_part, input_weight_t, onednn).contiguous();
+    dh = dh.contiguous();
+    mogrifier.backward_rows(t, dx, dh, rows);
+    rows.at(d_inputs, t).copy_(dx);
   });
-  return {d_pre, d_o, d_inputs, dh_first, dc_first};
+  return {grads.d_pre, grads.d_o, d_inputs, first[0], first[1]};
 }
 
 }  // namespace
