@@ -1,11 +1,8 @@
 """A launch's fixed costs: the plan's warnings are worked out while Ray starts, once the study is claimed (never for
-a refused study), and the command's exit skips the final garbage collection. None of these tests starts Ray."""
+a refused study). None of these tests starts Ray."""
 
 from __future__ import annotations
 
-import atexit
-import gc
-import importlib
 import threading
 
 import pytest
@@ -17,8 +14,6 @@ from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import StudyRecord
-
-cli_app = importlib.import_module("lm_tuner.tuner.cli.app")  # the module: the package's `app` is the Typer app
 
 
 class FakeRay:
@@ -127,29 +122,6 @@ def test_a_refused_study_starts_no_ray_and_runs_no_work(no_trials, sqlite_url, t
         _launch(tiny_spec(), settings, work)
 
     assert not work_ran and not no_trials.threads
-
-
-def test_the_command_skips_the_final_garbage_collection_at_exit(monkeypatch):
-    registered: list[object] = []
-    monkeypatch.setattr(atexit, "register", registered.append)
-    monkeypatch.setattr(cli_app, "app", lambda: None)
-
-    cli_app.main()
-
-    assert registered == [gc.freeze]
-
-
-def test_a_command_that_exits_has_the_freeze_registered_already(monkeypatch):
-    registered: list[object] = []
-    monkeypatch.setattr(atexit, "register", registered.append)
-
-    def exits() -> None:
-        raise SystemExit(130)  # what the app raises for an interrupted launch
-
-    monkeypatch.setattr(cli_app, "app", exits)
-    with pytest.raises(SystemExit):
-        cli_app.main()
-    assert registered == [gc.freeze]
 
 
 def test_ctrl_c_while_ray_starts_waits_for_the_work_and_stops_the_study(no_trials, sqlite_url, tiny_spec, tmp_path,

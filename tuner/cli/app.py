@@ -1,7 +1,5 @@
 """The `tuner` application: its commands, registered in the order `tuner --help` lists them."""
 
-import atexit
-import gc
 import sys
 from importlib.metadata import version
 from typing import Annotated
@@ -59,10 +57,6 @@ app.command()(running.worker)
 
 
 def main() -> None:
-    # At exit (after the handlers of what the command loads later, Ray's among them), objects alive then are left
-    # out of the interpreter's final garbage collection, which would traverse those of torch, Ray and pandas for
-    # about 0.7 s after the command's work is done. Memory is the operating system's to free at exit anyway.
-    atexit.register(gc.freeze)
     try:
         app()
     except Exception as error:  # one line, the traceback with --debug
