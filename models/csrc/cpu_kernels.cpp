@@ -180,10 +180,8 @@ void lstm_update_into(const at::Tensor& x_term_in, const at::Tensor& h_term_in, 
 std::vector<at::Tensor> lstm_update(const at::Tensor& x_term, const at::Tensor& h_term, const at::Tensor& c_prev,
                                     bool cap_input_gate) {
   const int64_t batch = c_prev.size(0), hidden = c_prev.size(1);
-  const UpdateOutputs out{at::empty({batch, hidden}, c_prev.options()), at::empty({batch, hidden}, c_prev.options()),
-                          at::empty({batch, 4 * hidden}, c_prev.options()),
-                          at::empty({batch, hidden}, c_prev.options()), at::empty({batch, hidden}, c_prev.options()),
-                          at::empty({batch, hidden}, c_prev.options())};
+  const auto empty = [&](int64_t width) { return at::empty({batch, width}, c_prev.options()); };
+  const UpdateOutputs out{empty(hidden), empty(hidden), empty(4 * hidden), empty(hidden), empty(hidden), empty(hidden)};
   lstm_update_into(x_term, h_term, c_prev, cap_input_gate, out);
   return {out.h, out.c, out.activations.narrow(1, 0, 3 * hidden), out.j, out.i_used, out.tanh_c};
 }

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 from optuna.trial import TrialState
@@ -201,22 +201,10 @@ def connect_ray_while(settings: Settings, work: Callable[[], None]) -> None:
     """connect_ray, with `work` done meanwhile in another thread: while Ray starts, this process mostly waits for the
     processes Ray starts (about 3 s), which leaves time on its core. Returns once both are done; an exception from
     `work` is raised here, after Ray has started (one from Ray's start comes first)."""
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as error:  # handed to the caller's thread, which decides
-            failures.append(error)
-
-    helper = threading.Thread(target=run, name="while-ray-starts")
-    helper.start()
-    try:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="while-ray-starts") as helper:
+        done = helper.submit(work)
         connect_ray(settings)  # here: a Ray started from another thread does not shut down cleanly (waits 60 s)
-    finally:
-        helper.join()
-    if failures:
-        raise failures[0]
+        done.result()  # leaving the block waits for the work either way
 
 
 def ray_address(settings: Settings) -> str:

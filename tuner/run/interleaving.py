@@ -83,12 +83,14 @@ class InterleavedSearcher(Searcher):
         open_shares = [share for share in self._shares if self._proposed[share.family] < share.trials]
         if not open_shares:
             return None
-        fewest = min(share.settled + self._proposed[share.family] for share in open_shares)
-        tied = [share for share in open_shares if share.settled + self._proposed[share.family] == fewest]
-        means = [share.mean_seconds() for share in tied]
-        if None in means:
+        fewest = min(map(self._trials_so_far, open_shares))
+        tied = [share for share in open_shares if self._trials_so_far(share) == fewest]
+        if any(share.mean_seconds() is None for share in tied):
             return tied[0]
-        return max(zip(tied, means, strict=True), key=lambda pair: pair[1])[0]
+        return max(tied, key=FamilyShare.mean_seconds)
+
+    def _trials_so_far(self, share: FamilyShare) -> int:
+        return share.settled + self._proposed[share.family]
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._owners:
