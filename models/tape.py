@@ -33,10 +33,14 @@ def _cpu_is_intel() -> bool:
 
 
 _MKL_FOR_GRADIENTS = _cpu_is_intel() and torch.backends.mkl.is_available()
-"""The backward pass's products (input gradients step by step, weight gradients per window) through
-torch's own matmul instead of oneDNN: on Intel, MKL runs them faster and needs no transposed copies
-(2-core Xeon, 6/167: LSTM and Mogrifier training steps 1.15x and 1.12x faster). On AMD CPUs MKL runs
-at about half oneDNN's speed, so there oneDNN keeps them."""
+"""The backward pass's products (input gradients step by step, weight gradients per window), and the forward
+products of a whole window, through torch's own matmul instead of oneDNN: on Intel, MKL runs them faster and
+needs no transposed copies (2-core Xeon, 6/167: LSTM and Mogrifier training steps 1.15x and 1.12x faster). On
+AMD CPUs MKL runs at about half oneDNN's speed, so there oneDNN keeps them."""
+_MKL_MIN_ROWS = 512
+"""Where MKL takes the backward products, it takes forward products of this many rows and more too: (1120, 512)
+inputs times a (2048, 512) weight took 0.97x oneDNN's time on 1 thread and 0.97x on 2, (19200, 512) 0.91x on both
+(2-core Xeon, 6/167); at 32 rows, a step's, oneDNN was faster (1.03x and 1.26x)."""
 
 
 def fast_linear(inputs: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -51,8 +55,10 @@ def fast_linear(inputs: Tensor, weight: Tensor, bias: Tensor | None = None) -> T
 
 
 def _uses_onednn(inputs: Tensor, weight: Tensor) -> bool:
+    rows = inputs.numel() // max(inputs.shape[-1], 1)
     return (_ONEDNN and inputs.device.type == "cpu" and inputs.dtype == torch.float32
-            and weight.numel() >= _ONEDNN_MIN_WEIGHT and inputs.numel() >= _ONEDNN_MIN_ROWS * inputs.shape[-1])
+            and weight.numel() >= _ONEDNN_MIN_WEIGHT and rows >= _ONEDNN_MIN_ROWS
+            and not (_MKL_FOR_GRADIENTS and rows >= _MKL_MIN_ROWS))
 
 
 def _packed(inputs: Tensor, weight: Tensor) -> Tensor | None:

@@ -101,8 +101,10 @@ def test_fast_path_matches_reference_on_cuda(family, rounds, rank, cap, masked):
 def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_gradients, monkeypatch):
     """Large enough (4H x H >= 65536) that the fast path takes its oneDNN kernels on CPU at batch 8;
     at batch 1 (evaluation) it multiplies by the weights directly. The backward's products go through
-    MKL on Intel CPUs and oneDNN elsewhere: both ways are checked whatever this machine's CPU."""
+    MKL on Intel CPUs and oneDNN elsewhere, and so do the forward's over a window (here: 48 rows): both ways
+    are checked whatever this machine's CPU."""
     monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", mkl_for_gradients)
+    monkeypatch.setattr(tape, "_MKL_MIN_ROWS", 6 * 8)
     torch.manual_seed(0)
     rounds = 3 if family.startswith("mogrifier") else 0
     layer = layer_of(family, rounds, 16, True, input_size=128, hidden=128, dtype=torch.float32)
