@@ -14,22 +14,29 @@ if TYPE_CHECKING:
 
 def closed_form_parameter_count(config: ModelConfig) -> int:
     """The number of trainable parameters of `LanguageModel(config)` for a family running one of the built-in cells."""
-    vocab, embed, hidden = config.vocab_size, config.embedding_size, config.hidden_size
-    total = vocab * embed + vocab  # input embedding (shared with the softmax when tied) + softmax bias
-    if not config.tie_embeddings:
-        total += embed * vocab
-    if config.has_projection:
-        total += hidden * embed
-    if config.softmax_components > 1:  # tanh projections (with bias) and the prior (without)
-        total += config.softmax_components * (hidden * embed + embed + hidden)
+    total = output_side_parameter_count(config, config.hidden_size)
     for layer in range(config.num_layers):
         inputs = config.layer_input_size(layer)
-        total += _cell_parameters(config.cell, inputs, hidden)
+        total += cell_parameter_count(config.cell, inputs, config.hidden_size)
         total += _mogrifier_parameters(config, inputs)
     return total
 
 
-def _cell_parameters(cell: str, inputs: int, hidden: int) -> int:
+def output_side_parameter_count(config: ModelConfig, output: int) -> int:
+    """The embedding, the softmax, and what leads into it from a last layer `output` wide."""
+    vocab, embed = config.vocab_size, config.embedding_size
+    total = vocab * embed + vocab  # input embedding (shared with the softmax when tied) + softmax bias
+    if not config.tie_embeddings:
+        total += embed * vocab
+    if output != embed and config.softmax_components == 1:  # the projection
+        total += output * embed
+    if config.softmax_components > 1:  # tanh projections (with bias) and the prior (without)
+        total += config.softmax_components * (output * embed + embed + output)
+    return total
+
+
+def cell_parameter_count(cell: str, inputs: int, hidden: int) -> int:
+    """One built-in cell's weights and biases, reading `inputs` features into a state `hidden` wide."""
     if cell == "lstm":  # four gates from [x, h], biases
         return (inputs + hidden) * 4 * hidden + 4 * hidden
     if cell == "rlstm":  # i, j from [x, h]; f from [i*j, h]; o from c; biases

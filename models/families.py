@@ -111,6 +111,12 @@ def _awd_lstm_model() -> type[LanguageModel]:
     return AWDLanguageModel
 
 
+def _awd_lstm_parameter_count(config: ModelConfig) -> int:
+    from lm_tuner.models.awd_lstm import parameter_count  # here, not above: that module imports this one
+
+    return parameter_count(config)
+
+
 TRANSFORMER_PAPER = ("Vaswani, Shazeer, Parmar, Uszkoreit, Jones, Gomez, Kaiser & Polosukhin (2017), Attention Is "
                      "All You Need, NeurIPS; pre-LayerNorm: Xiong, Yang, He, Zheng, Zheng, Xing, Zhang, Lan, Wang & "
                      "Liu (2020), On Layer Normalization in the Transformer Architecture, ICML; rotary positions: "
@@ -237,7 +243,7 @@ BUILT_IN_FAMILIES = (
            description="AWD-LSTM: LSTM layers of unequal sizes, the last as wide as the embedding, with weight drop, "
                        "locked dropout and AR/TAR",
            hyperparameters=AWD_LSTM_HYPERPARAMETERS, defaults=AWD_LSTM_DEFAULTS,
-           model=_awd_lstm_model),
+           parameter_count=_awd_lstm_parameter_count, model=_awd_lstm_model),
     Family("gru", cell="gru", mogrifier=False, residual=False, paper=GRU_PAPER,
            description="the GRU: reset and update gates, state h alone; PyTorch's fused nn.GRU without state dropout",
            parameter_count=closed_form_parameter_count, model=_gru_model),
