@@ -28,7 +28,7 @@ def output_side_parameter_count(config: ModelConfig, output: int) -> int:
     total = vocab * embed + vocab  # input embedding (shared with the softmax when tied) + softmax bias
     if not config.tie_embeddings:
         total += embed * vocab
-    if output != embed and config.softmax_components == 1:  # the projection
+    if output != embed and config.softmax_components == 1:  # a bias-free projection (a mixture has its own)
         total += output * embed
     if config.softmax_components > 1:  # tanh projections (with bias) and the prior (without)
         total += config.softmax_components * (output * embed + embed + output)

@@ -113,11 +113,6 @@ class ModelConfig:
     def embedding_size(self) -> int:
         return max(1, round(min(self.input_embedding_ratio, 1.0) * self.hidden_size))
 
-    @property
-    def has_projection(self) -> bool:
-        """A bias-free H -> E projection before a single softmax (a mixture has its own projections)."""
-        return self.embedding_size != self.hidden_size and self.softmax_components == 1
-
     def layer_input_size(self, layer: int) -> int:
         return self.embedding_size if layer == 0 else self.hidden_size
 

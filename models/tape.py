@@ -32,13 +32,13 @@ def _cpu_is_intel() -> bool:
         return False
 
 
-_MKL_FOR_GRADIENTS = _cpu_is_intel() and torch.backends.mkl.is_available()
+_PREFER_MKL = _cpu_is_intel() and torch.backends.mkl.is_available()
 """The backward pass's products (input gradients step by step, weight gradients per window), and the forward
 products of a whole window, through torch's own matmul instead of oneDNN: on Intel, MKL runs them faster and
 needs no transposed copies (2-core Xeon, 6/167: LSTM and Mogrifier training steps 1.15x and 1.12x faster). On
 AMD CPUs MKL runs at about half oneDNN's speed, so there oneDNN keeps them."""
 _MKL_MIN_ROWS = 512
-"""Where MKL takes the backward products, it takes forward products of this many rows and more too: (1120, 512)
+"""Where MKL is preferred, it takes forward products from this many rows on: (1120, 512)
 inputs times a (2048, 512) weight took 0.97x oneDNN's time on 1 thread and 0.97x on 2, (19200, 512) 0.91x on both
 (2-core Xeon, 6/167); at 32 rows, a step's, oneDNN was faster (1.03x and 1.26x)."""
 
@@ -58,7 +58,7 @@ def _uses_onednn(inputs: Tensor, weight: Tensor) -> bool:
     rows = inputs.numel() // max(inputs.shape[-1], 1)
     return (_ONEDNN and inputs.device.type == "cpu" and inputs.dtype == torch.float32
             and weight.numel() >= _ONEDNN_MIN_WEIGHT and rows >= _ONEDNN_MIN_ROWS
-            and not (_MKL_FOR_GRADIENTS and rows >= _MKL_MIN_ROWS))
+            and not (_PREFER_MKL and rows >= _MKL_MIN_ROWS))
 
 
 def _packed(inputs: Tensor, weight: Tensor) -> Tensor | None:
@@ -137,7 +137,7 @@ class Tape:
         """`module`'s weight (or its transpose) packed for oneDNN products with inputs like `rows`, for a caller
         that runs a whole window's steps itself; None where oneDNN does not take them."""
         weight = self.weights(module)[0]
-        if transposed and (_MKL_FOR_GRADIENTS or not _uses_onednn(rows, weight)):
+        if transposed and (_PREFER_MKL or not _uses_onednn(rows, weight)):
             return None
         return _packed(rows, weight.t().contiguous() if transposed else weight)
 
@@ -161,7 +161,7 @@ class Tape:
         """The gradient with respect to the inputs of `module`, given that of its outputs."""
         self._grads.setdefault(module, []).append(grad_outputs)
         weight = self._weights[module][0].detach()
-        if grad_outputs.device.type == "cpu" and (_MKL_FOR_GRADIENTS or not _uses_onednn(grad_outputs, weight)):
+        if grad_outputs.device.type == "cpu" and (_PREFER_MKL or not _uses_onednn(grad_outputs, weight)):
             return grad_outputs @ weight  # MKL, or too few rows to pay for oneDNN's transposed copy
         packed = self._per_step_weight(module, True, grad_outputs, weight) if grad_outputs.dim() == 2 else None
         if packed is not None:
@@ -185,7 +185,7 @@ class Tape:
         for module, (weight, bias) in self._weights.items():
             inputs, grad_outputs = self.stack(self._inputs[module]), self.stack(self._grads[module][::-1])
             inputs, grad_outputs = inputs.reshape(-1, inputs.shape[-1]), grad_outputs.reshape(-1, weight.shape[0])
-            if _uses_onednn(inputs, weight) and not _MKL_FOR_GRADIENTS:  # copies both operands, still faster
+            if _uses_onednn(inputs, weight) and not _PREFER_MKL:  # copies both operands, still faster
                 key = (grad_outputs.data_ptr(), grad_outputs.shape, grad_outputs.stride())
                 if key not in transposed:  # copied once: 2.7 ms for (1120, 2048) on Zen 4
                     transposed[key] = grad_outputs.t().contiguous()

@@ -95,15 +95,15 @@ def test_fast_path_matches_reference_on_cuda(family, rounds, rank, cap, masked):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mkl_for_gradients", [False, True])
+@pytest.mark.parametrize("prefer_mkl", [False, True])
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("family", RECURRENT)
-def test_fast_path_matches_reference_in_single_precision(family, batch, mkl_for_gradients, monkeypatch):
+def test_fast_path_matches_reference_in_single_precision(family, batch, prefer_mkl, monkeypatch):
     """Large enough (4H x H >= 65536) that the fast path takes its oneDNN kernels on CPU at batch 8;
     at batch 1 (evaluation) it multiplies by the weights directly. The backward's products go through
     MKL on Intel CPUs and oneDNN elsewhere, and so do the forward's over a window (here: 48 rows): both ways
     are checked whatever this machine's CPU."""
-    monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", mkl_for_gradients)
+    monkeypatch.setattr(tape, "_PREFER_MKL", prefer_mkl)
     monkeypatch.setattr(tape, "_MKL_MIN_ROWS", 6 * 8)
     torch.manual_seed(0)
     rounds = 3 if family.startswith("mogrifier") else 0

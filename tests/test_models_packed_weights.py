@@ -30,7 +30,7 @@ def _counting_packs(monkeypatch) -> list[tuple[int, ...]]:
 @needs_onednn
 @pytest.mark.parametrize("family", RECURRENT)
 def test_packed_products_match_unpacked_ones(family, monkeypatch):
-    monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", False)
+    monkeypatch.setattr(tape, "_PREFER_MKL", False)
     torch.manual_seed(0)
     rounds = 3 if family.startswith("mogrifier") else 0
     layer = layer_of(family, rounds, 16, True, input_size=160, hidden=160, dtype=torch.float32)  # 3H x H > 2^16
@@ -50,7 +50,7 @@ def test_packed_products_match_unpacked_ones(family, monkeypatch):
 def test_a_window_of_one_step_packs_nothing(monkeypatch):
     """Packing costs about one product: a weight is packed on its second use in a window, never for one step.
     (A one-step window's input gradient once came back without its time axis: it is checked here too.)"""
-    monkeypatch.setattr(tape, "_MKL_FOR_GRADIENTS", False)  # on Intel the backward's products take MKL, unpacked
+    monkeypatch.setattr(tape, "_PREFER_MKL", False)  # on Intel the backward's products take MKL, unpacked
     torch.manual_seed(0)
     layer = layer_of("lstm", 0, 0, True, input_size=128, hidden=128, dtype=torch.float32)
     packed_shapes = _counting_packs(monkeypatch)
