@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import torch
 
 from lm_tuner.trainers import load_corpus
 from lm_tuner.trainers.training import train
-from lm_tuner.tuner.run.probe import study_plan
+from lm_tuner.tuner.run.probe import PassCost, ValidationLayout, study_plan
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.space import trial_setup
 
@@ -40,3 +41,16 @@ def test_the_evaluation_estimate_is_within_a_factor_of_a_real_trial_s(one_torch_
     measured = statistics.median(turn.eval_seconds for turn in turns)
     estimated = family.estimate.evaluation_seconds
     assert measured / 1.6 <= estimated <= measured * 1.6, (estimated, measured)
+
+
+def test_a_turns_evaluation_scales_its_passes_with_the_windows_and_its_other_costs_not():
+    layout = ValidationLayout(streams=1, windows=200, searched=50)
+    plain, searched = PassCost(fixed=0.002, per_window=0.001), PassCost(fixed=0.003, per_window=0.004)
+    probed_pass = searched.seconds(layout.probed_windows)
+    real_pass = searched.seconds(50) + plain.per_window * 150
+    for passes in (1, 2):
+        # swapping weights and the averaging's bookkeeping: 5 ms a turn, the same on 4 windows as on 200
+        turn = layout.turn_seconds(passes * probed_pass + 0.005, passes, plain, searched, extra_passes=0)
+        assert turn == pytest.approx(passes * real_pass + 0.005)
+    assert layout.turn_seconds(0.5 * probed_pass, 1, plain, searched, extra_passes=1) == \
+        pytest.approx(real_pass + plain.seconds(200))

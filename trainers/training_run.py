@@ -66,6 +66,7 @@ class TrainingRun:
         self.rows = schedule.batch_size * schedule.dropout_samples  # every stream once per dropout sample
         self.hidden = self.model.initial_state(self.rows)
         self.step = self.turn = self.best_turn = self.divergences = 0
+        self.validation_passes = 0  # weights scored on the validation streams, by every evaluation so far
         self.best_val_loss = math.inf
         self.best_weights: Weights | None = None  # kept only for fine-tuning to start from
         self.fine_tuning_from: tuple[int, int] | None = None  # the step and turn the main training ended at
@@ -190,6 +191,7 @@ class TrainingRun:
     def _validation_loss(self, weights: Sequence[Tensor]) -> tuple[float, float]:
         """The loss of `weights` on the validation tokens a turn scores, and the logit scale it is at: the one
         chosen on the first windows of those tokens (docs/methodology.md, "Softmax temperature"), else 1."""
+        self.validation_passes += 1
         with swapped_weights(self.model, weights):
             if not self.schedule.search_temperature:
                 return streams_cross_entropy(self.model, self.validation, self.schedule.bptt), 1.0

@@ -41,6 +41,7 @@ PROBE_SECONDS = 10.0
 TRAINING_SHARE = 0.6  # of each family's probe time; the rest times evaluation
 MAX_TIMED_RUNS = 50  # training steps or evaluations
 EVALUATION_WINDOWS = 4  # per validation stream, at most: the probe scores the turns' streams, this far along
+PASS_TRIES = 5  # timings of a validation pass on one window and on all, each
 _PROBING = threading.Lock()
 
 
@@ -119,9 +120,11 @@ def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds:
     steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
     cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
     # a turn's evaluation (every weight average it scores), each after a step as in a trial
-    evaluations = _timed(run.evaluate, time.perf_counter() + seconds * (1 - TRAINING_SHARE), before=run.train_turn)
-    turn_seconds = layout.turn_seconds(statistics.median(evaluations), _pass_costs(run, searched=False),
-                                       _pass_costs(run, searched=True) if layout.searched else None,
+    passes_before, calls = run.validation_passes, _Counted(run.evaluate)
+    evaluations = _timed(calls, time.perf_counter() + seconds * (1 - TRAINING_SHARE), before=run.train_turn)
+    turn_seconds = layout.turn_seconds(statistics.median(evaluations),
+                                       (run.validation_passes - passes_before) / calls.count,
+                                       *_pass_costs(run, searched=bool(layout.searched)),
                                        extra_passes=int(isinstance(spec.dataset, ReverseCopyConfig)))
     return ProbeTiming(step_seconds=statistics.median(steps),
                        evaluation_seconds_per_token=turn_seconds / validation_tokens_per_turn(spec.training,
@@ -149,17 +152,19 @@ class ValidationLayout:
     def probed_windows(self) -> int:
         return min(self.windows, EVALUATION_WINDOWS)
 
-    def turn_seconds(self, evaluation: float, plain: PassCost, searched: PassCost | None, *,
+    def turn_seconds(self, evaluation: float, passes: float, plain: PassCost, searched: PassCost | None, *,
                      extra_passes: int) -> float:
-        """A turn's evaluation on the real streams, from the probe's (`evaluation`: every pass the averaging makes,
-        each with the temperature search where the schedule asks for it) and the costs of one pass without and
-        with the search: each pass's windows at their cost, the search's grid only on the windows it reads.
-        `extra_passes`: deterministic passes a turn adds (the reversed halves of reverse copy)."""
+        """A turn's evaluation on the real streams, from the probe's (`evaluation`: `passes` passes, one per weight
+        average scored, each with the temperature search where the schedule asks for it) and the costs of one pass
+        without and with the search: each pass's windows at their cost, the search's grid only on the windows it
+        reads. What the probe's evaluation took beyond its passes (swapping weights, the averaging's bookkeeping)
+        is added once, not scaled with the windows. `extra_passes`: deterministic passes a turn adds (the reversed
+        halves of reverse copy)."""
         probed_pass = plain.seconds(self.probed_windows) if searched is None else searched.seconds(self.probed_windows)
         real_pass = plain.seconds(self.windows) if searched is None else \
             searched.seconds(self.searched) + plain.per_window * (self.windows - self.searched)
-        passes = evaluation / probed_pass if probed_pass > 0 else 1.0
-        return passes * real_pass + extra_passes * plain.seconds(self.windows)
+        beyond_passes = max(0.0, evaluation - passes * probed_pass)
+        return passes * real_pass + beyond_passes + extra_passes * plain.seconds(self.windows)
 
 
 @dataclass(frozen=True)
@@ -174,13 +179,21 @@ class PassCost:
         return self.fixed + self.per_window * windows
 
 
-def _pass_costs(run: TrainingRun, *, searched: bool) -> PassCost:
+def _pass_costs(run: TrainingRun, *, searched: bool) -> tuple[PassCost, PassCost | None]:
+    """A pass over the probe's validation streams without the temperature search and, if `searched`, with it."""
+    return _pass_cost(run, searched=False), _pass_cost(run, searched=True) if searched else None
+
+
+def _pass_cost(run: TrainingRun, *, searched: bool) -> PassCost:
     """A pass over the probe's validation streams, with or without the temperature search, timed on one window and
-    on all (the least of two tries each: the evaluations timed before have warmed both up)."""
+    on all, PASS_TRIES times each, in turns (a slow spell of the machine then hits both alike), the least of each
+    kept: a trial's evaluation extrapolates the difference to its windows, tens or hundreds of them."""
     bptt, whole = run.schedule.bptt, run.validation
     score = searched_streams_cross_entropy if searched else streams_cross_entropy
-    one, every = (min(_duration(lambda batched=batched: score(run.model, batched, bptt)) for _ in range(2))
-                  for batched in (whole[:bptt + 1], whole))
+    one, every = math.inf, math.inf
+    for _ in range(PASS_TRIES):
+        one = min(one, _duration(lambda: score(run.model, whole[:bptt + 1], bptt)))
+        every = min(every, _duration(lambda: score(run.model, whole, bptt)))
     windows = math.ceil((whole.shape[0] - 1) / bptt)
     per_window = max(0.0, (every - one) / (windows - 1)) if windows > 1 else every
     return PassCost(fixed=max(0.0, every - per_window * windows), per_window=per_window)
@@ -190,6 +203,17 @@ def _duration(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+class _Counted:
+    """`action`, counting its calls."""
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action, self.count = action, 0
+
+    def __call__(self) -> object:
+        self.count += 1
+        return self.action()
 
 
 def _timed(action: Callable[[], object], until: float, before: Callable[[], object] | None = None) -> list[float]:
