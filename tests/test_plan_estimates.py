@@ -18,7 +18,7 @@ from lm_tuner.tuner.spec.space import trial_setup
 # subset scored as one long stream: the two costs a one-window-per-stream probe without the search left out.
 SEARCHED_SUBSET = {
     "name": "estimates",
-    "dataset": {"generator": "markov", "vocab_size": 2000, "train_tokens": 20000, "valid_tokens": 12000,
+    "dataset": {"generator": "markov", "vocab_size": 2000, "order": 1, "train_tokens": 20000, "valid_tokens": 12000,
                 "test_tokens": 1200},
     "families": ["lstm"],
     "parameter_budget": 60000,

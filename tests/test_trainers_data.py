@@ -165,6 +165,13 @@ def test_generated_corpora_are_dataset_configurations() -> None:
         dataset_from_dict({"generator": "zipf"})
 
 
+def test_a_markov_chain_too_large_to_draw_is_refused_with_the_fields_to_lower() -> None:
+    dataset_from_dict({"generator": "markov", "vocab_size": 1000, "order": 2})  # a million contexts: accepted
+    with pytest.raises(ValidationError, match=r"vocab_size \*\* order is 1,000,000,000 contexts, over the "
+                                              r"1,000,000 .* lower vocab_size or order"):
+        dataset_from_dict({"generator": "markov", "vocab_size": 1000, "order": 3})
+
+
 def test_reverse_copy_examples_and_best_possible_loss() -> None:
     config = ReverseCopyConfig(symbols=7, length=4, train_examples=30, valid_examples=5, test_examples=5)
     corpus = load_corpus(config)

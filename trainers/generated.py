@@ -15,9 +15,11 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
+
+MAX_CONTEXTS = 1_000_000  # a chain's contexts (vocab_size ** order) are drawn one by one, about 30 us each
 
 
 class MarkovCorpusConfig(BaseModel):
@@ -35,6 +37,14 @@ class MarkovCorpusConfig(BaseModel):
     valid_tokens: int = Field(10_000, ge=100)
     test_tokens: int = Field(10_000, ge=100)
     seed: int = Field(0, ge=0, description="seeds the generator")
+
+    @model_validator(mode="after")
+    def _chain_is_buildable(self) -> MarkovCorpusConfig:
+        contexts = self.vocab_size ** self.order
+        if contexts > MAX_CONTEXTS:
+            raise ValueError(f"vocab_size ** order is {contexts:,} contexts, over the {MAX_CONTEXTS:,} a generated "
+                             f"corpus draws (about 30 s, in every trial's process): lower vocab_size or order")
+        return self
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,9 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
      "`train.txt` alike, becomes `<unk>` (a literal `<unk>` in the text is the same token). "
      "`tuner data check DIR --format text --level char` shows what that gives."),
     ("`dataset` with `generator: markov`", MarkovCorpusConfig,
-     "A generated order-k Markov text with an exact entropy rate, so the best possible perplexity is known."),
+     "A generated order-k Markov text with an exact entropy rate, so the best possible perplexity is known. "
+     "Its chain has `vocab_size ** order` contexts, at most 1,000,000 (every trial's process draws them, about "
+     "30 s for a million)."),
     ("`dataset` with `generator: reverse-copy`", ReverseCopyConfig, REVERSE_COPY),
     ("`training`", Schedule, "The schedule every trial of the study follows; never tuned. One budget: "
                              "`turns`, `budget_steps`, `budget_epochs` or `budget_seconds`."),
