@@ -177,8 +177,9 @@ def _trials(config: Settings, name: str, state: str | None, family: str | None, 
 
 
 def _comparison(config: Settings, name: str) -> dict[str, Any]:
-    found = study_or_404(config, name)
-    return {"study": _study(found), "comparison": asdict(comparison(config.storage_url, name))}
+    found, compared = study_or_404(config, name), comparison(config.storage_url, name)
+    margin = compared.margin.sentence(compared.unit) if compared.margin else None
+    return {"study": _study(found), "comparison": asdict(compared), "margin": margin}
 
 
 def _trial(config: Settings, trial_id: int) -> dict[str, Any]:

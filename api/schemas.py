@@ -144,6 +144,13 @@ class FamilyResultOut(BaseModel):
                                                                    "reversed symbols predicted; else null")
 
 
+class MarginOut(BaseModel):
+    runner_up: str
+    difference: float = Field(description="the runner-up's mean score less the winner's (lower is better)")
+    low: float = Field(description="95% interval of the difference, by Welch's t over the two families' seeds")
+    high: float
+
+
 class ComparisonOut(BaseModel):
     study: str
     unit: str
@@ -157,6 +164,8 @@ class ComparisonOut(BaseModel):
     reruns_finished: int
     tuning_validation: str = Field(description="which validation set the tuning scores are on")
     verdict: str = Field(description="the winner and why, or why there is none yet")
+    margin: MarginOut | None = Field(None, description="the winner's margin over the runner-up, where both have "
+                                                       "two seeds or more; null otherwise")
     unigram_baseline: BaselineOut = Field(description="the unigram baseline of the corpus: the validation "
                                                       "perplexity of word frequencies alone, for scale")
 

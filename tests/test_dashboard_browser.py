@@ -206,6 +206,7 @@ def test_comparison_page_table_pareto_and_lineage(page, api):
             assert page.locator(f"#lineage a[href='/dashboard/trials/{link['dyneval_trial_id']}']").count() == 1
             assert page.locator(f"#lineage a[href='/trials/{link['checkpoint_trial_id']}/checkpoint']").count() == 1
     assert page.locator("#winner").inner_text() == table["winner"]
+    assert f"ahead of {table['margin']['runner_up']} by" in page.locator("#margin").inner_text()  # 2 seeds each
     assert {"lstm", "mogrifier", "non-dominated"} <= set(traces(page, "pareto"))
     page.select_option("select[data-plot=pareto]", "gpu_seconds")
     page.wait_for_function("document.getElementById('pareto').layout.xaxis.title.text.startsWith('GPU')")

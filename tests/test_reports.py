@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import statistics
 
 import httpx
 import pandas
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.comparison import Estimate, comparison, margin
 from lm_tuner.tuner.analysis.study_facts import validation_label
 from lm_tuner.tuner.analysis.trial_frames import export_frame
 from lm_tuner.tuner.cli.app import app
@@ -154,6 +155,33 @@ def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url, tmp_
     payload = json.loads(command(storage_url, "compare", "seeded", "--json"))
     assert {"study", "unit", "families", "winner", "winner_by", "verdict", "reruns_planned"} <= set(payload)
     assert payload["winner"] == "mogrifier" and payload["families"][1]["valid"]["count"] == 2
+    # two seeds each: the interval of the difference is wide, and the verdict says the seeds do not separate them
+    assert found.margin.runner_up == "lstm" and found.margin.low < 0 < found.margin.difference < found.margin.high
+    assert "ahead of lstm by" in found.verdict and found.verdict.endswith("the seeds do not separate them")
+    assert "(Welch's t over the seeds): the seeds do not separate them" in text
+    assert payload["margin"]["runner_up"] == "lstm" and payload["margin"]["low"] == pytest.approx(found.margin.low)
+
+
+@pytest.mark.parametrize(("winner", "runner_up", "separated"), [
+    ([1.00, 1.10, 1.05], [2.00, 2.10, 2.02, 2.06], True),
+    ([1.00, 1.60], [1.20, 1.30, 1.10], False),
+])
+def test_the_winners_margin_is_welchs_interval_of_the_difference(winner, runner_up, separated):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    expected = scipy_stats.ttest_ind(runner_up, winner, equal_var=False).confidence_interval(0.95)
+    found = margin(estimate(winner), estimate(runner_up), "lstm")
+    assert (found.low, found.high) == pytest.approx((expected.low, expected.high))
+    assert found.difference == pytest.approx(statistics.fmean(runner_up) - statistics.fmean(winner))
+    assert found.separated is separated and found.runner_up == "lstm"
+
+
+def test_no_margin_is_drawn_from_a_single_seed_or_without_spread():
+    assert margin(estimate([1.0]), estimate([2.0, 2.1]), "lstm") is None
+    assert margin(estimate([1.0, 1.0]), estimate([2.0, 2.0]), "lstm") is None
+
+
+def estimate(values: list[float]) -> Estimate:
+    return Estimate(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
 
 
 def test_compare_waits_for_the_test_protocol_and_then_judges_on_it(storage_url):

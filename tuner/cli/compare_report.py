@@ -67,6 +67,8 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
         console.print(f"unigram baseline: {score:.{digits}f} {found.unit} on validation (word frequencies alone)")
     if found.winner:
         console.print(f"winner: [bold]{found.winner}[/bold] (by the {found.winner_by})")
+        if found.margin is not None:
+            console.print(found.margin.sentence(found.unit), markup=False)
     else:
         console.print(found.verdict, style="yellow", markup=False)
 

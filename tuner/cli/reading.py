@@ -153,7 +153,8 @@ def compare(
 ) -> None:
     """The families side by side (Table 2.1 of the paper): best tuning run, then validation and test with
     and without MC dropout and dynamic evaluation, mean ± sd over the reruns, and the winner: named only once
-    every planned rerun of every family has finished."""
+    every planned rerun of every family has finished, with its margin over the runner-up and that margin's 95%
+    interval (Welch's t over the seeds; where both have two seeds or more)."""
     from dataclasses import asdict
 
     from lm_tuner.tuner.analysis.comparison import comparison
