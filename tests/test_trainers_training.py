@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from lm_tuner.trainers import (
     TrainingConfig,
     TrainingDiverged,
     TwoTailedAveragingConfig,
+    artifact_store,
     cross_entropy,
     load_checkpoint,
     load_corpus,
@@ -117,6 +119,23 @@ def test_best_checkpoint_holds_the_evaluated_weights_config_and_vocabulary(corpu
     at_its_temperature = cross_entropy(checkpoint.model, corpus.valid, 4, 10, logit_scale=best.val_logit_scale)
     assert at_its_temperature == result.best_val_loss
     assert any(t.averaging_length > 1 for t in result.turns)
+
+
+def test_each_improved_turn_reports_its_checkpoints_hash_and_size_without_reading_it_back(corpus,
+                                                                                          monkeypatch) -> None:
+    location = "memory://lm-tuner-tests/reports/best.pt"  # object storage: a read back would be a download
+    monkeypatch.setattr(artifact_store, "_open_object", lambda *_: pytest.fail("a written checkpoint was read back"))
+    monkeypatch.setattr(artifact_store, "local_copy", lambda *_: pytest.fail("a written checkpoint was copied"))
+    reports = []
+    train(tiny_model(corpus), TrainingConfig(schedule=schedule(turns=4), learning_rate=0.01), corpus,
+          checkpoint_path=location, device=CPU, on_turn=reports.append)
+    monkeypatch.undo()
+    improved = [report for report in reports if report.improved]
+    assert improved and all(r.checkpoint_sha256 is None is r.checkpoint_bytes for r in reports if not r.improved)
+    stored = b"".join(artifact_store.chunks(location))
+    assert (improved[-1].checkpoint_sha256, improved[-1].checkpoint_bytes) == (hashlib.sha256(stored).hexdigest(),
+                                                                               len(stored))
+    artifact_store.remove_tree("memory://lm-tuner-tests/reports")
 
 
 def inject_nan_at(monkeypatch, calls: set[int]) -> list[int]:
@@ -230,7 +249,8 @@ def resume_setup():
 def comparable(report) -> dict:
     clocks = ("wall_seconds", "process_seconds", "tokens_per_second", "train_seconds", "eval_seconds",
               "checkpoint_seconds", "setup_seconds")
-    return asdict(report) | dict.fromkeys(clocks)
+    files = ("checkpoint_sha256", "checkpoint_bytes")  # torch.save names the archive's folder after the file
+    return asdict(report) | dict.fromkeys(clocks + files)
 
 
 def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_run(tmp_path: Path) -> None:

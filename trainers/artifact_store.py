@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,23 +75,40 @@ def chunks(location: Location, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes
         yield from iter(lambda: handle.read(chunk_bytes), b"")
 
 
-def write_atomically(location: Location, write: Callable[[Path], None]) -> None:
+@dataclass(frozen=True)
+class StoredFile:
+    """What was written: the file's SHA-256 (hex) and size in bytes."""
+
+    sha256: str
+    size: int
+
+
+def write_atomically(location: Location, write: Callable[[Path], None]) -> StoredFile:
     """Call `write` with a local temporary path, then put what it wrote at `location` in one step, so that a
     process killed at any moment leaves the old file or the new one, never half of one: on disk a rename, in
-    object storage a single upload of the finished file (an object appears only once its upload completes)."""
+    object storage a single upload of the finished file (an object appears only once its upload completes).
+    Returns the file's hash and size, taken from the local file before it is put in place: an object need not be
+    downloaded again to know them."""
     if not is_url(location):
         path = local_path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
         write(temporary)
+        stored = _described(temporary)
         os.replace(temporary, path)
-        return
+        return stored
     store, key = _store(location)
     with tempfile.TemporaryDirectory(prefix="lm-tuner-upload-") as folder:
         temporary = Path(folder) / Path(key).name
         write(temporary)
+        stored = _described(temporary)
         store.put_file(str(temporary), key)
     store.invalidate_cache(key)
+    return stored
+
+
+def _described(path: Path) -> StoredFile:
+    return StoredFile(sha256(path), path.stat().st_size)
 
 
 @contextmanager

@@ -34,7 +34,7 @@ class Checkpoint:
 
 
 def save_checkpoint(path: Location, model: LanguageModel, vocabulary: Vocabulary, metadata: dict[str, Any], *,
-                    training_state: dict[str, Any] | None = None) -> None:
+                    training_state: dict[str, Any] | None = None) -> artifact_store.StoredFile:
     payload = {
         "format": FORMAT,
         "model_config": model.config.to_dict(),
@@ -44,7 +44,7 @@ def save_checkpoint(path: Location, model: LanguageModel, vocabulary: Vocabulary
     }
     if training_state is not None:
         payload["training_state"] = training_state
-    artifact_store.write_atomically(path, lambda temporary: torch.save(payload, temporary))
+    return artifact_store.write_atomically(path, lambda temporary: torch.save(payload, temporary))
 
 
 def load_checkpoint(path: Location, device: str | torch.device = "cpu") -> Checkpoint:

@@ -112,15 +112,16 @@ def train(
                          "val_subset": run.validation_subset, "turn": run.turn, "step": run.step,
                          "averaging_length": evaluated.length, "fine_tuning": report.fine_tuning,
                          "training": config.model_dump()}
-        saving = time.perf_counter()
+        saving, best = time.perf_counter(), None
         with swapped_weights(run.model, evaluated.weights):
             if improved and checkpoint_path is not None:
-                save_checkpoint(checkpoint_path, run.model, corpus.vocabulary, turn_metadata)
+                best = save_checkpoint(checkpoint_path, run.model, corpus.vocabulary, turn_metadata)
             if latest_checkpoint_path is not None:
                 save_checkpoint(latest_checkpoint_path, run.model, corpus.vocabulary, turn_metadata,
                                 training_state=last_good)
-        # the saved state holds this report as it was before the writes: only the callback learns their cost
-        report = run.reports[-1] = replace(report, checkpoint_seconds=time.perf_counter() - saving)
+        # the saved state holds this report as it was before the writes: only the callback learns them
+        report = run.reports[-1] = replace(report, checkpoint_seconds=time.perf_counter() - saving,
+                                           checkpoint_sha256=best and best.sha256, checkpoint_bytes=best and best.size)
         setup_seconds = 0.0
         if on_turn is not None:
             on_turn(report)

@@ -49,6 +49,10 @@ class TurnReport:
     setup_seconds: float = 0.0
     """The first turn a process reports: wall-clock seconds it took to build the model, restore a resumed state
     and load the compiled kernels before training began; 0 on later turns."""
+    checkpoint_sha256: str | None = None
+    """An improved turn that wrote the best checkpoint: the written file's SHA-256 (hex); else None."""
+    checkpoint_bytes: int | None = None
+    """Its size in bytes, with `checkpoint_sha256`."""
     fine_tuning: bool = False
     """A turn of the fine-tuning stage that follows the main budget (schedule `fine_tuning`); its `val_loss` is of the
     average of every fine-tuning step so far."""

@@ -63,12 +63,8 @@ def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSe
 
     def report(turn: TurnReport) -> None:
         metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}
-        if turn.improved:
-            metrics |= {
-                "checkpoint_path": relative,
-                "checkpoint_sha256": artifact_store.sha256(checkpoint),
-                "checkpoint_bytes": artifact_store.size(checkpoint),
-            }
+        if turn.checkpoint_sha256 is not None:  # with its hash and size, as written (no read back)
+            metrics["checkpoint_path"] = relative
         tune.report(metrics)
 
     with ExitStack() as stack:
