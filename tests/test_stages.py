@@ -77,6 +77,8 @@ def test_reruns_repeat_the_best_configuration_with_new_seeds(staged):
     assert seeds["lstm"] == seeds["mogrifier"] == [rerun_seed(parse_spec(yaml.safe_dump(STAGED)), r) for r in (0, 1)]
     folders = {p.parent for p in settings.artifact_root.glob("staged/*/rerun/trial-*/best.pt")}
     assert len(folders) == 4  # each rerun keeps its own checkpoint beside the tuning trials'
+    started = sorted(reruns, key=lambda t: storage.get_trial(t.trial_id).datetime_start)
+    assert {t.family for t in started[:2]} == {"lstm", "mogrifier"}  # the families' reruns interleaved, two slots
 
 
 def test_final_checkpoints_are_evaluated_with_the_test_protocol(staged):

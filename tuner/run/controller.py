@@ -131,8 +131,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
         missing = sum(max(0, spec.tuning.trials - settled_trials(url, optuna_study_name(spec.name, f)))
                       for f in spec.families)
         if not missing and spec.reruns is not None:
-            for family in spec.families:
-                _step(url, spec, lambda f=family: run_reruns(spec, f, vocab_size, settings, callbacks), settings)
+            _step(url, spec, lambda: run_reruns(spec, vocab_size, settings, callbacks), settings)
         if not missing:  # turns scored a validation subset: the best checkpoints on the whole split
             _step(url, spec, lambda: run_full_validations(spec, settings), settings)
         if not missing and spec.evaluation is not None:

@@ -22,7 +22,7 @@ from lm_tuner.tuner.run.evaluation_jobs import (
     run_full_validation,
     run_test_protocol,
 )
-from lm_tuner.tuner.run.experiment import Experiment, run_experiment
+from lm_tuner.tuner.run.experiment import Experiment, run_experiment, run_experiments
 from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
 from lm_tuner.tuner.run.strategies import make_sampler
 from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial
@@ -46,9 +46,18 @@ def top_trials(url: str, study: str, family: str, stage: str, count: int) -> lis
             .order_by(TrialRecord.value, TrialRecord.trial_id).limit(count)))
 
 
-def run_reruns(spec: StudySpec, family: str, vocab_size: int, settings: Settings,
-               callbacks: Sequence[tune.Callback]) -> None:
-    """Train each of the family's best configurations again with `reruns.seeds` new seeds."""
+def run_reruns(spec: StudySpec, vocab_size: int, settings: Settings, callbacks: Sequence[tune.Callback]) -> None:
+    """Train each family's best configurations again with `reruns.seeds` new seeds, the families' reruns in one
+    Ray Tune run and proposed in turn (tuner.run.interleaving), as tuning's trials are: no slot waits for one
+    family's last rerun, and a stopped study has reruns of every family rather than all of one."""
+    experiments = [experiment for family in spec.families
+                   if (experiment := _rerun_experiment(spec, family, vocab_size, settings)).trials > 0]
+    if experiments:
+        run_experiments(experiments, settings, callbacks)
+
+
+def _rerun_experiment(spec: StudySpec, family: str, vocab_size: int, settings: Settings) -> Experiment:
+    """The family's reruns still to run, enqueued in its Optuna reruns study (none left: `trials` is 0)."""
     url = settings.storage_url
     wanted = [(parent.trial_id, rerun_seed(spec, repeat))
               for parent in top_trials(url, spec.name, family, "tune", spec.reruns.top)
@@ -65,15 +74,14 @@ def run_reruns(spec: StudySpec, family: str, vocab_size: int, settings: Settings
     for parent_id, seed in wanted:
         if (parent_id, seed) not in settled | waiting:
             study.enqueue_trial(storage.get_trial(parent_id).params, user_attrs={PARENT: parent_id, SEED: seed})
-    pending = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    if pending:
-        run_experiment(Experiment(
-            study=spec.name, family=family, optuna_name=optuna_name, trials=pending,
-            space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
-            trainable=run_trial, job=_training_job(spec, settings),
-            registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun"),
-            resources=_resources(spec), concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
-        ), settings, callbacks)
+    return Experiment(
+        study=spec.name, family=family, optuna_name=optuna_name,
+        trials=len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))),
+        space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
+        trainable=run_trial, job=_training_job(spec, settings),
+        registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun"),
+        resources=_resources(spec), concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
+    )
 
 
 def final_trials(url: str, spec: StudySpec, family: str) -> list[TrialRecord]:
