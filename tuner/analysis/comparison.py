@@ -148,11 +148,11 @@ def comparison(url: str, name: str) -> Comparison | None:
 
 
 def _winners_margin(results: list[FamilyResult], winner: str | None) -> Margin | None:
-    if winner is None:
+    others = [r for r in results if r.valid is not None and r.family != winner]
+    if winner is None or not others:
         return None
-    ahead = next(r.valid for r in results if r.family == winner)
-    others = sorted((r for r in results if r.valid is not None and r.family != winner), key=lambda r: r.valid.mean)
-    return margin(ahead, others[0].valid, others[0].family) if others and ahead is not None else None
+    runner_up = min(others, key=lambda r: r.valid.mean)
+    return margin(next(r.valid for r in results if r.family == winner), runner_up.valid, runner_up.family)
 
 
 def _winner_by(spec: StudySpec, unit: str, label: str) -> str:

@@ -120,11 +120,13 @@ def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds:
     steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
     cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
     # a turn's evaluation (every weight average it scores), each after a step as in a trial
-    passes_before, calls = run.validation_passes, _Counted(run.evaluate)
-    evaluations = _timed(calls, time.perf_counter() + seconds * (1 - TRAINING_SHARE), before=run.train_turn)
+    passes_before, evaluated = run.validation_passes, []
+    evaluations = _timed(lambda: evaluated.append(run.evaluate()), time.perf_counter() + seconds * (1 - TRAINING_SHARE),
+                         before=run.train_turn)
     turn_seconds = layout.turn_seconds(statistics.median(evaluations),
-                                       (run.validation_passes - passes_before) / calls.count,
-                                       *_pass_costs(run, searched=bool(layout.searched)),
+                                       (run.validation_passes - passes_before) / len(evaluated),
+                                       _pass_cost(run, searched=False),
+                                       _pass_cost(run, searched=True) if layout.searched else None,
                                        extra_passes=int(isinstance(spec.dataset, ReverseCopyConfig)))
     return ProbeTiming(step_seconds=statistics.median(steps),
                        evaluation_seconds_per_token=turn_seconds / validation_tokens_per_turn(spec.training,
@@ -179,11 +181,6 @@ class PassCost:
         return self.fixed + self.per_window * windows
 
 
-def _pass_costs(run: TrainingRun, *, searched: bool) -> tuple[PassCost, PassCost | None]:
-    """A pass over the probe's validation streams without the temperature search and, if `searched`, with it."""
-    return _pass_cost(run, searched=False), _pass_cost(run, searched=True) if searched else None
-
-
 def _pass_cost(run: TrainingRun, *, searched: bool) -> PassCost:
     """A pass over the probe's validation streams, with or without the temperature search, timed on one window and
     on all, PASS_TRIES times each, in turns (a slow spell of the machine then hits both alike), the least of each
@@ -203,17 +200,6 @@ def _duration(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
-
-
-class _Counted:
-    """`action`, counting its calls."""
-
-    def __init__(self, action: Callable[[], object]) -> None:
-        self.action, self.count = action, 0
-
-    def __call__(self) -> object:
-        self.count += 1
-        return self.action()
 
 
 def _timed(action: Callable[[], object], until: float, before: Callable[[], object] | None = None) -> list[float]:
