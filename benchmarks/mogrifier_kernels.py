@@ -27,7 +27,8 @@ from lm_tuner.models.tape import Tape
 
 WINDOW, BATCH, SIZE, ROUNDS, RANK = 35, 32, 512, 5, 40
 VARIANTS = [dict(CHUNK=chunk, num_warps=warps, num_stages=stages)  # LAUNCH, the default, among them
-            for chunk, warps, stages in ((128, 4, 1), (128, 4, 2), (64, 4, 1), (128, 8, 1))]
+            for chunk, warps, stages in ((128, 4, 1), (128, 8, 1), (256, 4, 1), (256, 8, 1), (256, 16, 1),
+                                         (512, 8, 1), (512, 16, 1))]
 
 
 def microseconds_per_step(launch_window: Callable[[], None], replays: int) -> float:
