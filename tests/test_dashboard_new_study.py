@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+from lm_tuner.api.submission_checks import data_checks
 from lm_tuner.tuner.run.queue import run_worker, submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import SpecError, parse_spec
@@ -181,7 +182,8 @@ def test_without_a_token_the_page_asks_to_sign_in_and_cannot_submit(browser, tmp
 def test_validate_lists_every_problem_at_its_line_and_creates_nothing(quiet):
     api, settings = quiet
     text = shipped_space(SPACE).text
-    assert api.post("/studies/validate", content=text).json() == {"name": "small-lstm-ptb"}
+    assert api.post("/studies/validate", content=text).json() == {"name": "small-lstm-ptb",
+                                                                 "warnings": data_checks(parse_spec(text))[1]}
     broken = text.replace("families: [lstm]", "families: [lstm, nope]").replace("\n  batch_size: 8",
                                                                                 "\n  batch_size: -1")
     lines = broken.splitlines()
