@@ -17,9 +17,9 @@ from lm_tuner.dashboards import render
 from lm_tuner.tuner.cli.progress import ProgressPrinter
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.spec import parse_spec
-from lm_tuner.tuner.spec.space import optuna_study_name
 from lm_tuner.tuner.store.documents import StudyOut
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
+from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.progress import StageTally, estimated_seconds_left, planned_stages
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord, utcnow
 from lm_tuner.tuner.store.studies import get_study, list_studies

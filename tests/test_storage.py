@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.storage import Storage
 from lm_tuner.tuner.store.tokens import TokenError
 from tests.conftest import TINY_SPEC
@@ -27,6 +29,27 @@ def test_a_study_through_storage(storage_url, tmp_path):
     storage.delete("held", tmp_path)
     assert storage.study("held") is None and storage.best_trials("held") is None
     assert storage.optuna().get_all_studies() == []
+
+
+def test_delete_removes_every_optuna_study_of_the_study_and_no_other(storage_url, tmp_path):
+    """Reruns, stage-2 and sensitivity studies go too: a study launched again under the name must not find the old
+    one's queued sensitivity runs or count its trials. A study whose name only starts the same (`_` is a wildcard
+    in SQL's LIKE) keeps its own."""
+    storage = Storage(storage_url)
+    storage.upgrade()
+    for name in ("held", "heldx", "hel_d"):
+        submit_study(storage_url, parse_spec({**TINY_SPEC, "name": name}), f"name: {name}")
+        storage.cancel(name)
+    stages = [(), ("reruns",), ("dyneval", "3"), ("sensitivity",)]
+    for name in ("held", "heldx", "hel_d"):
+        for stage in stages:
+            optuna.create_study(study_name=optuna_study_name(name, "lstm", *stage), storage=storage.optuna())
+    storage.delete("hel_d", tmp_path)
+    left = sorted(s.study_name for s in storage.optuna().get_all_studies())
+    assert left == sorted(optuna_study_name(name, "lstm", *stage) for name in ("held", "heldx") for stage in stages)
+    storage.delete("held", tmp_path)
+    assert sorted(s.study_name for s in storage.optuna().get_all_studies()) == sorted(
+        optuna_study_name("heldx", "lstm", *stage) for stage in stages)
 
 
 def test_tokens_through_storage(storage_url):

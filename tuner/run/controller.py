@@ -27,11 +27,12 @@ from lm_tuner.tuner.run.tuning import tune_families
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
-from lm_tuner.tuner.spec.space import optuna_study_name, trial_seed
+from lm_tuner.tuner.spec.space import trial_seed
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
 from lm_tuner.tuner.store.optuna_internals import storage_study_id, storage_trial_id
+from lm_tuner.tuner.store.optuna_names import optuna_study_name, study_prefix
 from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
 
 # Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
@@ -172,7 +173,7 @@ def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTE
     storage = optuna_storage(url)
     for study in storage.get_all_studies():
         name = study.study_name
-        if not name.startswith(f"{spec.name}/"):
+        if not name.startswith(study_prefix(spec.name)):
             continue
         family = name.split("/")[1]
         for trial in storage.get_all_trials(storage_study_id(study), deepcopy=False, states=(TrialState.RUNNING,)):

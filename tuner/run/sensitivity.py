@@ -27,9 +27,10 @@ from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.run.trial import run_trial
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.space import distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.spec.space import distributions, rerun_seed
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
+from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 SPAN = 0.15  # of the searched range, either side of the best value

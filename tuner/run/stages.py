@@ -28,10 +28,11 @@ from lm_tuner.tuner.run.strategies import make_sampler
 from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial
 from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, optuna_study_name, rerun_seed
+from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, rerun_seed
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import settled_trials
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
+from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.schema import EvaluationRecord, TrialRecord
 
 FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")

@@ -16,9 +16,10 @@ from lm_tuner.tuner.run.strategies import make_sampler, make_scheduler
 from lm_tuner.tuner.run.trial import run_trial
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.space import distributions, initial_points, optuna_study_name
+from lm_tuner.tuner.spec.space import distributions, initial_points
 from lm_tuner.tuner.store.engine import optuna_storage
 from lm_tuner.tuner.store.ledger import settled_trials
+from lm_tuner.tuner.store.optuna_names import optuna_study_name
 
 logger = logging.getLogger(__name__)
 

@@ -78,7 +78,3 @@ def initial_points(spec: StudySpec, family: str) -> list[dict[str, Any]]:
     return [point for point in points if point]
 
 
-def optuna_study_name(study: str, family: str, *stage: str) -> str:
-    """Each family of a study is tuned in its own Optuna study, so every family gets equal trials;
-    its reruns and stage-2 studies are named below it (`name/family/reruns`, `name/family/dyneval/7`)."""
-    return "/".join((study, family, *stage))
