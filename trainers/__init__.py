@@ -1,91 +1,45 @@
-"""Corpora, batching, the training loop, averaging, evaluation, dynamic evaluation and checkpoints."""
+"""Corpora, batching, the training loop, averaging, evaluation, dynamic evaluation and checkpoints.
 
-from lm_tuner.trainers.averaging import (
-    AveragingConfig,
-    NoAveragingConfig,
-    NTASGDConfig,
-    TailAveragingConfig,
-    TwoTailedAveragingConfig,
-)
-from lm_tuner.trainers.checkpoint import Checkpoint, load_checkpoint, load_training_state, save_checkpoint, sha256_of
-from lm_tuner.trainers.corpus import EOS, Corpus, Vocabulary
-from lm_tuner.trainers.corpus_stats import CorpusStatistics, corpus_statistics, unigram_perplexity
-from lm_tuner.trainers.datasets import (
-    DatasetConfig,
-    LocalDatasetConfig,
-    RegisteredDatasetConfig,
-    TextDatasetConfig,
-    dataset_from_dict,
-    load_corpus,
-)
-from lm_tuner.trainers.dynamic_evaluation import DynamicEvaluationConfig, dynamic_cross_entropy, gradient_rms
-from lm_tuner.trainers.evaluation import cross_entropy, monte_carlo_cross_entropy
-from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig
-from lm_tuner.trainers.protocol import MC_MULTIPLIERS, MonteCarloResult, ProtocolResult, evaluate_checkpoint
-from lm_tuner.trainers.registry import REGISTRY, default_cache_dir, fetch_dataset, registered
-from lm_tuner.trainers.reverse_copy_scores import ReverseCopyScores, reverse_copy_scores
-from lm_tuner.trainers.temperature import (
-    SearchedLoss,
-    TemperatureSearch,
-    search_logit_scale,
-    searched_monte_carlo_cross_entropy,
-    searched_streams_cross_entropy,
-)
-from lm_tuner.trainers.training import TrainingDiverged, default_device, train
-from lm_tuner.trainers.training_config import Schedule, TrainingConfig
-from lm_tuner.trainers.training_reports import TrainingResult, TurnCallback, TurnReport
+Each name below is loaded from its module on first use, so that importing one light module of this package (the
+artifact store, the dataset registry) does not import torch with the rest: the command line reads studies without it.
+"""
 
-__all__ = [
-    "AveragingConfig",
-    "Checkpoint",
-    "Corpus",
-    "CorpusStatistics",
-    "DatasetConfig",
-    "DynamicEvaluationConfig",
-    "EOS",
-    "LocalDatasetConfig",
-    "MC_MULTIPLIERS",
-    "MarkovCorpusConfig",
-    "MonteCarloResult",
-    "NTASGDConfig",
-    "NoAveragingConfig",
-    "ProtocolResult",
-    "REGISTRY",
-    "RegisteredDatasetConfig",
-    "ReverseCopyConfig",
-    "ReverseCopyScores",
-    "Schedule",
-    "SearchedLoss",
-    "TailAveragingConfig",
-    "TemperatureSearch",
-    "TextDatasetConfig",
-    "TrainingConfig",
-    "TrainingDiverged",
-    "TrainingResult",
-    "TurnCallback",
-    "TurnReport",
-    "TwoTailedAveragingConfig",
-    "Vocabulary",
-    "corpus_statistics",
-    "cross_entropy",
-    "dataset_from_dict",
-    "default_cache_dir",
-    "default_device",
-    "dynamic_cross_entropy",
-    "evaluate_checkpoint",
-    "fetch_dataset",
-    "gradient_rms",
-    "load_checkpoint",
-    "load_corpus",
-    "load_training_state",
-    "monte_carlo_cross_entropy",
-    "registered",
-    "reverse_copy_scores",
-    "save_checkpoint",
-    "search_logit_scale",
-    "searched_monte_carlo_cross_entropy",
-    "searched_streams_cross_entropy",
-    "sha256_of",
-    "train",
-    "unigram_perplexity",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {  # name: the module of this package that defines it
+    "AveragingConfig": "averaging", "NoAveragingConfig": "averaging", "NTASGDConfig": "averaging",
+    "TailAveragingConfig": "averaging", "TwoTailedAveragingConfig": "averaging",
+    "Checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "load_training_state": "checkpoint",
+    "save_checkpoint": "checkpoint", "sha256_of": "checkpoint",
+    "EOS": "corpus", "Corpus": "corpus", "Vocabulary": "corpus",
+    "CorpusStatistics": "corpus_stats", "corpus_statistics": "corpus_stats", "unigram_perplexity": "corpus_stats",
+    "DatasetConfig": "datasets", "LocalDatasetConfig": "datasets", "RegisteredDatasetConfig": "datasets",
+    "TextDatasetConfig": "datasets", "dataset_from_dict": "datasets", "load_corpus": "datasets",
+    "DynamicEvaluationConfig": "dynamic_evaluation", "dynamic_cross_entropy": "dynamic_evaluation",
+    "gradient_rms": "dynamic_evaluation",
+    "cross_entropy": "evaluation", "monte_carlo_cross_entropy": "evaluation",
+    "MarkovCorpusConfig": "generated", "ReverseCopyConfig": "generated",
+    "MC_MULTIPLIERS": "protocol", "MonteCarloResult": "protocol", "ProtocolResult": "protocol",
+    "evaluate_checkpoint": "protocol",
+    "REGISTRY": "registry", "default_cache_dir": "registry", "fetch_dataset": "registry", "registered": "registry",
+    "ReverseCopyScores": "reverse_copy_scores", "reverse_copy_scores": "reverse_copy_scores",
+    "SearchedLoss": "temperature", "TemperatureSearch": "temperature", "search_logit_scale": "temperature",
+    "searched_monte_carlo_cross_entropy": "temperature", "searched_streams_cross_entropy": "temperature",
+    "TrainingDiverged": "training", "default_device": "training", "train": "training",
+    "Schedule": "training_config", "TrainingConfig": "training_config",
+    "TrainingResult": "training_reports", "TurnCallback": "training_reports", "TurnReport": "training_reports",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

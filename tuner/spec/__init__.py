@@ -8,35 +8,31 @@
 - `plan` and `estimate`: `tuner plan`'s shapes, parameter split, warnings and time estimate;
 - `shipped`: the spaces shipped as package data, found by name; `units`: perplexity or bits per character;
 - `yaml_loader`: the bounded YAML/JSON reader; `reference`: the generated docs/spec.md.
+
+Each name below is loaded from its module on first use, so that code needing one light module (the store asks
+`space` for Optuna's study name) does not import the model families, and torch, with `document`.
 """
 
-from lm_tuner.tuner.spec.document import (
-    DYNAMIC_EVALUATION_KINDS,
-    INT32_MAX,
-    MAX_SPEC_BYTES,
-    NAME_PATTERN,
-    DynamicEvaluationStage,
-    SearchRange,
-    StudySpec,
-    is_character_level,
-    spec_to_yaml,
-)
-from lm_tuner.tuner.spec.issues import SpecError, SpecIssue
-from lm_tuner.tuner.spec.validation import load_spec, parse_spec, read_spec
+from __future__ import annotations
 
-__all__ = [
-    "DYNAMIC_EVALUATION_KINDS",
-    "INT32_MAX",
-    "MAX_SPEC_BYTES",
-    "NAME_PATTERN",
-    "DynamicEvaluationStage",
-    "SearchRange",
-    "SpecError",
-    "SpecIssue",
-    "StudySpec",
-    "is_character_level",
-    "load_spec",
-    "parse_spec",
-    "read_spec",
-    "spec_to_yaml",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {  # name: the module of this package that defines it
+    "DYNAMIC_EVALUATION_KINDS": "document", "INT32_MAX": "document", "MAX_SPEC_BYTES": "document",
+    "NAME_PATTERN": "document", "DynamicEvaluationStage": "document", "SearchRange": "document",
+    "StudySpec": "document", "spec_to_yaml": "document", "is_character_level": "units",
+    "SpecError": "issues", "SpecIssue": "issues",
+    "load_spec": "validation", "parse_spec": "validation", "read_spec": "validation",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -16,10 +16,10 @@ from lm_tuner.models import family_names
 from lm_tuner.models.families import family_plugin_error
 from lm_tuner.trainers import MC_MULTIPLIERS, DatasetConfig, Schedule
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec.units import is_character_level
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 RESERVED_NAMES = ("new",)  # /dashboard/studies/new is the page that starts a study
-CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 MAX_SPEC_BYTES = 256 * 1024  # a spec file, or a request body that carries one
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 """Every integer of a spec fits the database's 32-bit Integer columns (seeds, counts, budgets, sizes)."""
@@ -214,14 +214,6 @@ class StudySpec(_Strict):
 
     def fixed_for(self, family: str) -> dict[str, bool | int | float]:
         return {name: value for name, value in self.fixed.items() if HYPERPARAMETERS[name].applies_to(family)}
-
-
-def is_character_level(dataset: dict[str, Any]) -> bool:
-    """Whether a dataset section (as stored with a study) names a character-level corpus: a character-level
-    format, or a plain-text corpus read at `level: char`."""
-    if dataset.get("format") == "text":
-        return dataset.get("level") == "char"
-    return (dataset.get("name") or dataset.get("format")) in CHARACTER_LEVEL_CORPORA
 
 
 def spec_to_yaml(spec: StudySpec) -> str:

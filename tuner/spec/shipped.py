@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import yaml
 
-from lm_tuner.tuner.spec.document import StudySpec
-from lm_tuner.tuner.spec.validation import parse_spec, read_spec
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec.document import StudySpec
 
 SPACES_PACKAGE = "lm_tuner.spaces"
 SUFFIX = ".yaml"
@@ -45,6 +46,8 @@ class ResolvedSpace:
     def read(self) -> tuple[StudySpec, str]:
         """The spec validated, with its text; a SpecError names `source`. A local file goes through read_spec, which
         reads a bounded amount of text only: a user may point at anything."""
+        from lm_tuner.tuner.spec.validation import parse_spec, read_spec  # loads the families; listing spaces need not
+
         if self.path is not None:
             return read_spec(self.path)
         return parse_spec(self.shipped.text, source=self.source), self.shipped.text

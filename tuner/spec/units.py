@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lm_tuner.tuner.spec.document import is_character_level
+CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,14 @@ class Unit:
 
     def of(self, loss: float | None) -> float | None:
         return None if loss is None else float(self.convert(np.array([loss]))[0])
+
+
+def is_character_level(dataset: dict[str, Any]) -> bool:
+    """Whether a dataset section (as stored with a study) names a character-level corpus: a character-level
+    format, or a plain-text corpus read at `level: char`."""
+    if dataset.get("format") == "text":
+        return dataset.get("level") == "char"
+    return (dataset.get("name") or dataset.get("format")) in CHARACTER_LEVEL_CORPORA
 
 
 def unit_of(spec: dict[str, Any]) -> Unit:
