@@ -145,6 +145,15 @@ def test_a_lazy_package_exports_what_it_lists(package):
     assert not missing, f"{package} lists {missing} but does not define them"
 
 
+def test_a_lazy_name_is_not_shadowed_by_its_module():
+    """`reverse_copy_scores` is a function and the module that defines it: importing the module (which sets the
+    package's attribute to it) must not turn the package's name into the module."""
+    module = importlib.import_module("lm_tuner.trainers.reverse_copy_scores")
+    from lm_tuner import trainers
+
+    assert trainers.reverse_copy_scores is module.reverse_copy_scores
+
+
 LIGHT_COMMANDS = [["--help"], ["list"], ["spaces"], ["spaces", "show", "small/lstm_ptb"], ["launch", "--help"]]
 
 

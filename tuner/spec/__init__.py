@@ -13,26 +13,14 @@ Each name below is loaded from its module on first use, so that code needing one
 `space` for Optuna's study name) does not import the model families, and torch, with `document`.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-import importlib
-from typing import Any
-
-_EXPORTS = {  # name: the module of this package that defines it
-    "DYNAMIC_EVALUATION_KINDS": "document", "INT32_MAX": "document", "MAX_SPEC_BYTES": "document",
-    "NAME_PATTERN": "document", "DynamicEvaluationStage": "document", "SearchRange": "document",
-    "StudySpec": "document", "spec_to_yaml": "document", "is_character_level": "units",
-    "SpecError": "issues", "SpecIssue": "issues",
-    "load_spec": "validation", "parse_spec": "validation", "read_spec": "validation",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={  # each name's module in this package
+    "document": [
+        "DYNAMIC_EVALUATION_KINDS", "INT32_MAX", "MAX_SPEC_BYTES", "NAME_PATTERN", "DynamicEvaluationStage",
+        "SearchRange", "StudySpec", "spec_to_yaml",
+    ],
+    "units": ["is_character_level"],
+    "issues": ["SpecError", "SpecIssue"],
+    "validation": ["load_spec", "parse_spec", "read_spec"],
+})

@@ -17,27 +17,14 @@ starts and is handed a URL rather than a `Storage`, and the analysis (`tuner.ana
 itself, use the modules directly.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-import importlib
-from typing import Any
-
-_EXPORTS = {  # name: the module of this package that defines it
-    "Storage": "storage",
-    "StudyOut": "documents", "StudyDetailOut": "documents", "TrialOut": "documents", "BaselineOut": "documents",
-    "StudyView": "views", "TrialView": "views", "Page": "views", "TRIAL_STATES": "views",
-    "StudyProgress": "progress",
-    "StudyStateError": "lifecycle", "TokenError": "tokens",
-    "TrialRecord": "schema", "TurnRecord": "schema", "STUDY_STATUSES": "schema",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={  # each name's module in this package
+    "storage": ["Storage"],
+    "documents": ["StudyOut", "StudyDetailOut", "TrialOut", "BaselineOut"],
+    "views": ["StudyView", "TrialView", "Page", "TRIAL_STATES"],
+    "progress": ["StudyProgress"],
+    "lifecycle": ["StudyStateError"],
+    "tokens": ["TokenError"],
+    "schema": ["TrialRecord", "TurnRecord", "STUDY_STATUSES"],
+})
