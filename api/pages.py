@@ -16,7 +16,7 @@ from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
 from lm_tuner.tuner.analysis.comparison import comparison
 from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
-from lm_tuner.tuner.analysis.study_facts import unigram_baseline
+from lm_tuner.tuner.analysis.study_facts import study_baseline
 from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -150,7 +150,7 @@ def static(filename: str) -> FileResponse:
 def _study(found: StudyView) -> dict[str, Any]:
     unit = unit_of(found.spec)
     best = None if found.best is None else unit.of(found.best.value)
-    baseline = unigram_baseline(found.spec)
+    baseline = study_baseline(found)
     return {**StudyOut.of(found).model_dump(), "unit": unit.name, "unit_title": unit.title, "best_score": best,
             "best_possible_score": unit.of(found.best_possible_loss), "warnings": found.warnings,
             "unigram_score": unit.of(baseline.loss), "unigram_unknown_because": baseline.unknown_because}

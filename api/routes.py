@@ -20,7 +20,7 @@ from lm_tuner.api.schemas import (
 )
 from lm_tuner.dashboards import figure_json, non_dominated, pareto_figure
 from lm_tuner.tuner.analysis.comparison import comparison
-from lm_tuner.tuner.analysis.study_facts import unigram_baseline
+from lm_tuner.tuner.analysis.study_facts import study_baseline
 from lm_tuner.tuner.analysis.study_frames import study_unit
 from lm_tuner.tuner.analysis.trial_frames import pareto_frame
 from lm_tuner.tuner.settings import Settings
@@ -31,6 +31,7 @@ from lm_tuner.tuner.store import (
     StudyDetailOut,
     StudyOut,
     StudyStateError,
+    StudyView,
     TrialOut,
     TrialView,
 )
@@ -82,12 +83,12 @@ async def study(name: StudyName, config: SettingsDep) -> StudyDetailOut:
 
 def _study_detail(config: Settings, name: str) -> StudyDetailOut:
     found = study_or_404(config, name)
-    return StudyDetailOut.of(found, baseline_of(found.spec))
+    return StudyDetailOut.of(found, baseline_of(found))
 
 
-def baseline_of(spec: dict) -> BaselineOut:
-    """The unigram baseline of a stored spec's corpus (read here; a registered dataset only if downloaded)."""
-    return BaselineOut(**asdict(unigram_baseline(spec)))
+def baseline_of(study: StudyView) -> BaselineOut:
+    """The unigram baseline of a study's corpus: stored, else read here (a registered dataset only if downloaded)."""
+    return BaselineOut(**asdict(study_baseline(study)))
 
 
 @router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
@@ -193,5 +194,5 @@ def _comparison(config: Settings, name: str) -> ComparisonOut:
     found = comparison(config.storage_url, name)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
-    baseline = baseline_of(study_or_404(config, name).spec)
+    baseline = baseline_of(study_or_404(config, name))
     return ComparisonOut.model_validate(asdict(found) | {"unigram_baseline": baseline})

@@ -16,6 +16,7 @@ from lm_tuner.api.schemas import (
     SubmittedOut,
 )
 from lm_tuner.api.submission_checks import data_checks
+from lm_tuner.tuner.analysis.study_facts import unigram_baseline
 from lm_tuner.tuner.run.controller import StudyConflict
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
@@ -52,9 +53,9 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
     """Validate a spec document against its data and queue its study, with the plan's warnings; SpecError names
     `source` (also for data that cannot be read), 409 for a taken name."""
-    spec, document, warnings = await run_in_threadpool(_submitted_spec, body, source)
+    spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source)
     try:
-        await run_in_threadpool(submit_study, config.storage_url, spec, document)
+        await run_in_threadpool(submit_study, config.storage_url, spec, document, unigram_perplexity=unigram)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}", warnings=warnings)
@@ -67,15 +68,16 @@ def spec_errors(error: SpecError) -> JSONResponse:
                         content={"detail": [issue.model_dump() for issue in issues]})
 
 
-def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str, list[str]]:
-    """The spec of a request body, its text and the plan's warnings, or SpecError (with what a queued study would
-    certainly fail on). Run in the thread pool: however the body is made, and however long its data takes to read,
-    the event loop keeps answering."""
+def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str, list[str], float | None]:
+    """The spec of a request body, its text, the plan's warnings and the unigram perplexity of its data (None where
+    this server has not read the data), or SpecError (with what a queued study would certainly fail on). Run in the
+    thread pool: however the body is made, and however long its data takes to read, the event loop keeps
+    answering."""
     spec, document = parsed_spec(body, source)
     issues, warnings = data_checks(spec)
     if issues:
         raise SpecError(issues, source)
-    return spec, document, warnings
+    return spec, document, warnings, unigram_baseline(spec.model_dump(mode="json")).perplexity  # the data is cached
 
 
 def parsed_spec(body: bytes, source: str) -> tuple[StudySpec, str]:

@@ -25,8 +25,8 @@ PAIRS = [
 # Fields that exist only on the API side, on purpose; each with the reason. A response field filled in by the
 # route (not by the tuner's dataclass) belongs here, so the test still fails on one forgotten by accident.
 API_ONLY: dict[type, dict[str, str]] = {
-    schemas.ComparisonOut: {"unigram_baseline": "the route reads it from the corpus (study_facts.unigram_baseline), "
-                                                "as `tuner compare` does; the comparison is read from the database"},
+    schemas.ComparisonOut: {"unigram_baseline": "the route takes it from the study (study_facts.study_baseline), "
+                                                "as `tuner compare` does; the comparison is read from its trials"},
 }
 # Dataclass fields the API leaves out on purpose; each with the reason.
 TUNER_ONLY: dict[type, dict[str, str]] = {}

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from sqlalchemy import select
 
 from lm_tuner.models import count_parameters
-from lm_tuner.trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of
+from lm_tuner.trainers import cross_entropy, load_checkpoint, load_corpus, sha256_of, unigram_perplexity
 from lm_tuner.tuner.run.controller import (
     INTERRUPTED_REASON,
     StudyConflict,
@@ -49,6 +49,7 @@ def test_two_trial_study_lands_in_the_database(ray_cluster, storage_url, tiny_sp
         assert (study.status, study.error, study.controller) == ("complete", None, None)
         assert study.spec == spec.model_dump(mode="json") and study.document == document
         assert study.best_possible_loss == pytest.approx(corpus.best_cross_entropy)
+        assert study.unigram_perplexity == pytest.approx(unigram_perplexity(corpus))  # reports read it from here
         for family in ("lstm", "mogrifier"):
             (trial,) = optuna.load_study(study_name=f"tiny/{family}", storage=storage).get_trials()
             assert trial.state == TrialState.COMPLETE

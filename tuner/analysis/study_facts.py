@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.store.views import StudyView
 
 PROVISIONAL_STATUSES = ("queued", "running", "cancelling")
 
@@ -41,14 +44,25 @@ class Baseline:
         return None if self.perplexity is None else math.log(self.perplexity)
 
 
+def study_baseline(study: StudyView) -> Baseline:
+    """The unigram baseline of a stored study: as stored once its corpus was read (by the process that ran it, or
+    the API that checked it), else read from the corpus here."""
+    if study.unigram_perplexity is not None:
+        return Baseline(study.unigram_perplexity)
+    return unigram_baseline(study.spec)
+
+
 def unigram_baseline(spec: dict[str, Any]) -> Baseline:
     """The unigram baseline of the study's corpus, read here (a registered dataset only if it is already
     downloaded: a report never downloads). Unknown, with the reason, when the corpus cannot be read."""
-    try:
-        from lm_tuner.trainers.corpus_stats import unigram_perplexity
-    except ImportError:  # trainers.corpus_stats is newer than some installs of this module
-        return Baseline(None, "this installation cannot compute it")
-    from lm_tuner.trainers import RegisteredDatasetConfig, dataset_from_dict, default_cache_dir, load_corpus, registered
+    from lm_tuner.trainers import (
+        RegisteredDatasetConfig,
+        dataset_from_dict,
+        default_cache_dir,
+        load_corpus,
+        registered,
+        unigram_perplexity,
+    )
 
     try:
         config = dataset_from_dict(spec["dataset"])

@@ -158,14 +158,14 @@ def compare(
     from dataclasses import asdict
 
     from lm_tuner.tuner.analysis.comparison import comparison
-    from lm_tuner.tuner.analysis.study_facts import unigram_baseline
+    from lm_tuner.tuner.analysis.study_facts import study_baseline
     from lm_tuner.tuner.cli.compare_report import print_comparison
 
     settings = settings_for_reading(storage)
     found = comparison(settings.storage_url, name)
     if found is None:
         no_such_study(settings, name, 1)
-    baseline = unigram_baseline(Storage(settings.storage_url).study(name).spec)
+    baseline = study_baseline(Storage(settings.storage_url).study(name))
     if json_output:
         print(json.dumps(asdict(found) | {"unigram_baseline": asdict(baseline)}, indent=2))
         return

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from rich.table import Table
 
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, family_tallies, rerun_counts, tally
-from lm_tuner.tuner.analysis.study_facts import Baseline, is_provisional, unigram_baseline, validation_label
+from lm_tuner.tuner.analysis.study_facts import Baseline, is_provisional, study_baseline, validation_label
 from lm_tuner.tuner.cli.common import console, duration_text, score_name, unclipped
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
@@ -28,7 +28,7 @@ def print_study(settings: Settings, name: str, *, as_json: bool = False, every_t
     if study is None:
         return False
     tallies = family_tallies(url, name)
-    baseline = unigram_baseline(study.spec)
+    baseline = study_baseline(study)
     if as_json:
         payload = StudyDetailOut.of(study, BaselineOut(**asdict(baseline))).model_dump(mode="json")
         payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in Storage(url).trials(name).items]

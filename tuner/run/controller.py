@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
-from lm_tuner.trainers import Corpus, load_corpus
+from lm_tuner.trainers import Corpus, load_corpus, unigram_perplexity
 from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
@@ -124,6 +124,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
+            record.unigram_perplexity = unigram_perplexity(corpus)
             record.artifact_root = str(settings.artifact_root.resolve())  # where `tuner best` finds checkpoints
         _fail_interrupted_trials(url, spec)
         if while_ray_starts is not None:

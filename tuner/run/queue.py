@@ -24,13 +24,15 @@ from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
 log = logging.getLogger(__name__)
 
 
-def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = "api") -> None:
-    """Queue a study for a worker; a taken name is a StudyConflict."""
+def submit_study(url: str, spec: StudySpec, document: str, submitted_via: str = "api", *,
+                 unigram_perplexity: float | None = None) -> None:
+    """Queue a study for a worker (with the unigram perplexity of its data, where the caller has read it); a taken
+    name is a StudyConflict."""
     try:
         with sessions(url).begin() as session:
             session.add(StudyRecord(name=spec.name, status="queued", spec=spec.model_dump(mode="json"),
                                     families=families_column(spec.families), document=document,
-                                    submitted_via=submitted_via))
+                                    submitted_via=submitted_via, unigram_perplexity=unigram_perplexity))
     except IntegrityError as error:
         raise StudyConflict(f"name: a study named {spec.name!r} already exists; choose another name") from error
 

@@ -91,6 +91,7 @@ class StudyView:
     finished_at: datetime | None
     error: str | None
     best_possible_loss: float | None
+    unigram_perplexity: float | None  # of the validation split; None until its corpus has been read
     spec: dict[str, Any]
     progress: StudyProgress
     counts: dict[str, int] = field(default_factory=dict)  # tuning trials by state
