@@ -154,18 +154,27 @@ def test_a_lazy_name_is_not_shadowed_by_its_module():
     assert trainers.reverse_copy_scores is module.reverse_copy_scores
 
 
-LIGHT_COMMANDS = [["--help"], ["list"], ["spaces"], ["spaces", "show", "small/lstm_ptb"], ["launch", "--help"]]
+LIGHT_COMMANDS = [["--help"], ["list"], ["spaces"], ["spaces", "show", "small/lstm_ptb"], ["launch", "--help"],
+                  ["status", "held"], ["best", "held"], ["export", "held"]]
 
 
 def test_the_command_line_starts_without_torch(tmp_path):
     """Commands that only read the database or the shipped spaces never import torch, Ray or the model families
-    (about 1.2 s of every call on a 2-core machine): the packages on the way load their names when first used."""
+    (about 1.2 s of every call on a 2-core machine): the packages on the way load their names when first used, and
+    a study's unigram baseline is read from the database, not from its corpus."""
+    from lm_tuner.tuner.run.queue import submit_study
+    from lm_tuner.tuner.spec import parse_spec
+    from lm_tuner.tuner.store.storage import Storage
+    from tests.conftest import TINY_SPEC
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    Storage(url).upgrade()
+    submit_study(url, parse_spec({**TINY_SPEC, "name": "held"}), "name: held", unigram_perplexity=19.5)
     script = ("import sys, json\nfrom typer.testing import CliRunner\nfrom lm_tuner.tuner.cli import app\n"
               f"codes = [CliRunner().invoke(app, args).exit_code for args in {LIGHT_COMMANDS!r}]\n"
               "print(json.dumps([codes, sorted(m for m in ('torch', 'ray', 'lm_tuner.models') if m in sys.modules)]))")
-    environment = {**os.environ, "LM_TUNER_STORAGE": f"sqlite:///{tmp_path / 'tuner.db'}"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            cwd=tmp_path, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "LM_TUNER_STORAGE": url}, timeout=120)
     assert result.returncode == 0, result.stderr
     codes, heavy = json.loads(result.stdout.splitlines()[-1])
     assert codes == [0] * len(LIGHT_COMMANDS) and heavy == []
