@@ -74,6 +74,32 @@ def test_a_signal_during_a_commit_stops_after_it_and_the_session_still_works(tmp
     assert run.stdout.split("\n")[:3] == ["committed", "stopped SIGTERM", "rows 1"]
 
 
+def test_a_signal_during_a_weakref_callback_still_stops(tmp_path):
+    # Python prints and drops an exception raised in a finalizer or a weakref callback, which the garbage collector
+    # runs between any two lines: a stop raised there was lost, and `tuner launch` ran its study to the end with the
+    # signals ignored (seen once in the test below).
+    script = (
+        "import os, signal, time, weakref\n"
+        "from lm_tuner.tuner.run.processes import stop_on_signals\n"
+        "stop_on_signals()\n"
+        "class Thing: pass\n"
+        "def collected(_):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    for _ in range(100_000): pass  # the handler runs in here\n"
+        "thing = Thing()\n"
+        "reference = weakref.ref(thing, collected)\n"
+        "try:\n"
+        "    del thing\n"
+        "    time.sleep(5)\n"
+        "    print('ran on', flush=True)\n"
+        "except KeyboardInterrupt as stop:\n"
+        "    print('stopped', stop, flush=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout) == (0, "stopped SIGINT\n"), run.stderr
+    assert "Exception ignored" not in run.stderr
+
+
 def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,

@@ -24,6 +24,7 @@ import psutil
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_CHILD_SUBREAPER = 36
 _stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
+_hooks_before: list = []  # the sys.unraisablehook that _deliver_dropped_stop hands other exceptions on to
 DATABASE_MODULES = ("sqlalchemy.", "sqlite3", "psycopg", "optuna.storages")
 DEFERRED_STOP_SECONDS = 0.05  # how soon a signal that arrived in a database call is delivered again
 
@@ -36,19 +37,42 @@ def stop_on_signals() -> None:
 
     A signal that arrives while the main thread is inside the database driver or Optuna's storage is delivered
     once that call has returned: an exception raised half-way through a commit leaves the session unusable, and
-    the tidying up that follows needs it to mark the running trials interrupted."""
-    def request_stop(signal_number: int, frame: FrameType | None) -> None:
-        if not _stop_signal:
-            _stop_signal.append(signal_number)
-        if in_database_call(frame):
-            threading.Timer(DEFERRED_STOP_SECONDS, os.kill, (os.getpid(), signal_number)).start()
-            return
-        for number in STOP_SIGNALS:
-            signal.signal(number, signal.SIG_IGN)
-        raise KeyboardInterrupt(signal.Signals(_stop_signal[0]).name)
-
+    the tidying up that follows needs it to mark the running trials interrupted. One that arrives while the main
+    thread runs a finalizer or a weakref callback (the garbage collector calls them between any two lines), where
+    Python prints an exception and drops it, is delivered again once that code has returned: otherwise the stop
+    would be lost, and the command would run on with the signals ignored."""
     for number in STOP_SIGNALS:
-        signal.signal(number, request_stop)
+        signal.signal(number, _request_stop)
+    if sys.unraisablehook is not _deliver_dropped_stop:
+        _hooks_before.append(sys.unraisablehook)
+        sys.unraisablehook = _deliver_dropped_stop
+
+
+def _request_stop(signal_number: int, frame: FrameType | None) -> None:
+    if not _stop_signal:
+        _stop_signal.append(signal_number)
+    if in_database_call(frame):
+        _deliver_later(signal_number)
+        return
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(_stop_signal[0]).name)
+
+
+def _deliver_dropped_stop(unraisable: sys.UnraisableHookArgs) -> None:
+    """sys.unraisablehook: a stop's KeyboardInterrupt that Python dropped (it is called in the thread that raised
+    it, here the main thread, where signal handlers can be set) is delivered again; anything else goes on to the
+    hook that was there before."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stop_signal:
+        for number in STOP_SIGNALS:
+            signal.signal(number, _request_stop)
+        _deliver_later(_stop_signal[0])
+        return
+    _hooks_before[-1](unraisable)
+
+
+def _deliver_later(signal_number: int) -> None:
+    threading.Timer(DEFERRED_STOP_SECONDS, os.kill, (os.getpid(), signal_number)).start()
 
 
 def in_database_call(frame: FrameType | None) -> bool:
