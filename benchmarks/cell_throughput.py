@@ -225,16 +225,23 @@ def emit_json(result: dict[str, Any], output: Path | None, indent: int = 2) -> N
         output.write_text(text + "\n")
 
 
-def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
+def describe_cpu() -> dict[str, object]:
+    """The CPU's model, by name and by family/model/stepping ("model name" alone can be just "AMD EPYC")."""
     cpu: dict[str, str] = {}
-    if Path("/proc/cpuinfo").exists():  # the first processor's fields; "model name" alone can be just "AMD EPYC"
+    if Path("/proc/cpuinfo").exists():  # the first processor's fields
         for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
             key, _, value = (part.strip() for part in line.partition(":"))
             cpu[key] = value
-    machine: dict[str, object] = {
+    return {
         "cpu": cpu.get("model name") or platform.processor() or platform.machine(),
         "cpu_family_model_stepping": "/".join(cpu.get(key, "?") for key in ("cpu family", "model", "stepping")),
         "avx512": "avx512f" in cpu.get("flags", "").split(),
+    }
+
+
+def describe_machine(device: torch.device, threads: int) -> dict[str, object]:
+    machine: dict[str, object] = {
+        **describe_cpu(),
         "logical_cpus": os.cpu_count(),
         "torch_threads": threads,
         "torch": torch.__version__,

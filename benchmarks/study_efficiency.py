@@ -26,6 +26,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import create_engine, text
 
+from benchmarks.cell_throughput import describe_cpu
+
 TRIALS = text("""
     SELECT t.trial_id, t.number, s.study_name, t.datetime_start, t.datetime_complete, t.state
     FROM trials t JOIN studies s ON s.study_id = t.study_id
@@ -117,7 +119,7 @@ def main() -> None:
     result = {
         "benchmark": "study_efficiency",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
+        "machine": {**describe_cpu(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "space": str(args.space),
         "study": study_account(accounts, started, ended, cores_used(space)),
