@@ -26,7 +26,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
 _hooks_before: list = []  # the sys.unraisablehook that _deliver_dropped_stop hands other exceptions on to
 DATABASE_MODULES = ("sqlalchemy.", "sqlite3", "psycopg", "optuna.storages")
-DEFERRED_STOP_SECONDS = 0.05  # how soon a signal that arrived in a database call is delivered again
+DEFERRED_STOP_SECONDS = 0.05  # how soon a stop that arrived in a database call, or was dropped, is delivered again
 
 
 def stop_on_signals() -> None:
@@ -60,10 +60,10 @@ def _request_stop(signal_number: int, frame: FrameType | None) -> None:
 
 
 def _deliver_dropped_stop(unraisable: sys.UnraisableHookArgs) -> None:
-    """sys.unraisablehook: a stop's KeyboardInterrupt that Python dropped (it is called in the thread that raised
-    it, here the main thread, where signal handlers can be set) is delivered again; anything else goes on to the
-    hook that was there before."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stop_signal:
+    """sys.unraisablehook: a stop's KeyboardInterrupt that Python dropped (in the main thread, where the stop was
+    raised and signal handlers can be set) is delivered again; anything else goes on to the hook there before."""
+    if (isinstance(unraisable.exc_value, KeyboardInterrupt) and _stop_signal
+            and threading.current_thread() is threading.main_thread()):
         for number in STOP_SIGNALS:
             signal.signal(number, _request_stop)
         _deliver_later(_stop_signal[0])
