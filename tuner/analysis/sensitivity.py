@@ -13,7 +13,7 @@ from lm_tuner.tuner.run.sensitivity import MOVED, STAGE, queued_count
 from lm_tuner.tuner.spec.units import unit_of
 from lm_tuner.tuner.store.engine import engine_for, optuna_storage, sessions
 from lm_tuner.tuner.store.optuna_internals import TrialParamModel, TrialUserAttributeModel
-from lm_tuner.tuner.store.optuna_names import study_prefix
+from lm_tuner.tuner.store.optuna_names import optuna_studies_of
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 _params = TrialParamModel.__table__
@@ -53,6 +53,6 @@ def measured_effect(runs: pd.DataFrame) -> pd.DataFrame:
 def pending_runs(url: str, name: str, runs: pd.DataFrame) -> int:
     """Sensitivity runs of the study still queued (any hyperparameter) or running (among `runs`)."""
     storage = optuna_storage(url)
-    queued = sum(queued_count(storage, s.study_name) for s in storage.get_all_studies()
-                 if s.study_name.startswith(study_prefix(name)) and s.study_name.endswith(f"/{STAGE}"))
+    queued = sum(queued_count(storage, optuna_name) for optuna_name in optuna_studies_of(url, name)
+                 if optuna_name.endswith(f"/{STAGE}"))
     return queued + int((runs["state"] == "RUNNING").sum())

@@ -31,8 +31,8 @@ from lm_tuner.tuner.spec.space import trial_seed
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
-from lm_tuner.tuner.store.optuna_internals import storage_study_id, storage_trial_id
-from lm_tuner.tuner.store.optuna_names import optuna_study_name, study_prefix
+from lm_tuner.tuner.store.optuna_internals import storage_trial_id
+from lm_tuner.tuner.store.optuna_names import optuna_studies_of, optuna_study_name
 from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
 
 # Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
@@ -172,12 +172,10 @@ def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTE
     study of the study is covered: tuning, reruns and stage 2.
     """
     storage = optuna_storage(url)
-    for study in storage.get_all_studies():
-        name = study.study_name
-        if not name.startswith(study_prefix(spec.name)):
-            continue
+    for name in optuna_studies_of(url, spec.name):
         family = name.split("/")[1]
-        for trial in storage.get_all_trials(storage_study_id(study), deepcopy=False, states=(TrialState.RUNNING,)):
+        study_id = storage.get_study_id_from_name(name)
+        for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             storage.set_trial_state_values(storage_trial_id(trial), TrialState.FAIL)
             record_interrupted(url, spec.name, family, storage_trial_id(trial), trial.number,
                                trial.user_attrs.get("seed", trial_seed(spec, trial.number)), reason)

@@ -10,7 +10,7 @@
   frozen data; `documents`: the same as JSON documents, what `tuner status --json` prints and the REST API returns.
 - `progress`: how far a study is, pure functions of counts; `progress_queries`: those counts, in SQL.
 - `optuna_internals`: Optuna's private parts the queries rely on, in one place; `optuna_names`: how a study's Optuna
-  studies are named (one per family, its later stages below it).
+  studies are named (one per family, its later stages below it) and which of them exist.
 
 Code outside the store imports the names below from `lm_tuner.tuner.store` (each is loaded on first use, so that
 importing one module of the store does not load them all). The run (`tuner.run`), which works in processes Ray

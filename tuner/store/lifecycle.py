@@ -8,8 +8,7 @@ from sqlalchemy import delete, exists, select
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.settings import ArtifactRoot
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
-from lm_tuner.tuner.store.optuna_internals import StudyModel
-from lm_tuner.tuner.store.optuna_names import study_prefix
+from lm_tuner.tuner.store.optuna_names import optuna_studies_of
 from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialCountRecord, TrialRecord, TurnRecord, utcnow
 
 CANCELLED_REASON = "cancelled by the user"
@@ -71,7 +70,7 @@ def delete_study(url: str, name: str, artifact_root: ArtifactRoot) -> None:
     if record.status in ("running", "cancelling"):
         raise StudyStateError(f"study {name!r} is {record.status}; cancel it and wait until it has stopped")
     storage = optuna_storage(url)
-    for optuna_name in _optuna_studies_of(url, name):  # every family's, and their reruns, stage 2 and sensitivity
+    for optuna_name in optuna_studies_of(url, name):  # every family's, and their reruns, stage 2 and sensitivity
         optuna.delete_study(study_name=optuna_name, storage=storage)
     with sessions(url).begin() as session:
         trial_ids = select(TrialRecord.trial_id).where(TrialRecord.study_name == name)
@@ -83,12 +82,6 @@ def delete_study(url: str, name: str, artifact_root: ArtifactRoot) -> None:
     folder = (artifact_root / name).resolve()
     if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
         artifact_store.remove_tree(folder)
-
-
-def _optuna_studies_of(url: str, name: str) -> list[str]:
-    with sessions(url)() as session:
-        return list(session.scalars(select(StudyModel.study_name).where(
-            StudyModel.study_name.startswith(study_prefix(name), autoescape=True))))
 
 
 def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: ArtifactRoot) -> bool:
