@@ -4,12 +4,17 @@ curves through REST and `tuner curves`. Trial rows are written directly (no Ray,
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import httpx
 import numpy as np
 import pytest
+from opda.nonparametric import EmpiricalDistribution
 from scipy import stats
 from typer.testing import CliRunner
 
+from lm_tuner.tuner.analysis import curve_bands
+from lm_tuner.tuner.analysis.curve_bands import confidence_band
 from lm_tuner.tuner.analysis.tuning_curves import expected_best, family_curve, tuning_curves, verdict
 from lm_tuner.tuner.cli.app import app
 from lm_tuner.tuner.settings import Settings
@@ -128,3 +133,61 @@ def test_cli_prints_a_table_per_family_and_writes_the_figure(sqlite_url, tmp_pat
     assert unknown.exit_code == 1
     wrong = CliRunner().invoke(app, ["curves", "printed", "--confidence", "1", "--storage", sqlite_url])
     assert wrong.exit_code == 2 and "--confidence" in wrong.output
+
+
+@pytest.fixture
+def band_cache(tmp_path, monkeypatch):
+    """An empty cache folder, and no band weights remembered by this process."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    curve_bands.band_weights.cache_clear()
+    yield curve_bands.cache_folder()
+    curve_bands.band_weights.cache_clear()
+
+
+@pytest.mark.parametrize("values", [
+    np.random.default_rng(3).gamma(2.0, 0.15, size=40) + 4.6,
+    np.array([4.2, 4.0, 4.2, 4.9, 4.0, 4.0, 5.5]),  # ties: each tied trial must get opda's weight
+    np.array([4.4]),
+])
+def test_the_band_built_from_kept_weights_is_opda_s_band(values, band_cache):
+    confidence = 0.95 ** 0.5
+    theirs = EmpiricalDistribution.confidence_bands(values, confidence, a=0.0, method="ld_equal_tailed",
+                                                    generator=np.random.default_rng(0), n_jobs=1)
+    ns = np.arange(1, len(values) + 1)
+    for ours in (confidence_band(values, confidence), confidence_band(values, confidence)):  # computed, remembered
+        for mine, opda_s in zip(ours, theirs, strict=True):
+            assert np.array_equal(mine.ys, opda_s.ys)
+            assert (mine.ws is None and opda_s.ws is None) or np.array_equal(mine.ws, opda_s.ws)
+            assert np.array_equal(mine.quantile_tuning_curve(ns, minimize=True),
+                                  opda_s.quantile_tuning_curve(ns, minimize=True))
+
+
+def test_a_band_is_simulated_once_per_size_and_then_read_from_disk(band_cache, monkeypatch):
+    simulations = []
+    simulate = curve_bands._simulate
+    monkeypatch.setattr(curve_bands, "_simulate", lambda *args: simulations.append(args) or simulate(*args))
+    values = np.random.default_rng(4).normal(4.5, 0.1, size=30)
+    first = family_curve("any", values, 0.975, PERPLEXITY)
+    curve_bands.band_weights.cache_clear()  # as a new process (another `tuner curves`, a restarted API) would
+    again = family_curve("any", values[::-1], 0.975, PERPLEXITY)
+    assert simulations == [(30, 0.975)] and first == again
+    assert [path.name for path in band_cache.iterdir()] == [
+        f"ld_equal_tailed-opda{version('opda')}-seed0-n30-c0.975.npz"]
+    family_curve("any", values[:29], 0.975, PERPLEXITY)
+    family_curve("any", values, 0.9, PERPLEXITY)
+    assert simulations == [(30, 0.975), (29, 0.975), (30, 0.9)]
+
+
+def test_an_unreadable_or_unwritable_cache_costs_only_time(band_cache, tmp_path, monkeypatch, caplog):
+    values = np.random.default_rng(5).normal(4.5, 0.1, size=12)
+    kept = family_curve("any", values, 0.95, PERPLEXITY)
+    (path,) = band_cache.iterdir()
+    path.write_bytes(path.read_bytes()[:100])  # cut short, as by a full disk
+    curve_bands.band_weights.cache_clear()
+    assert family_curve("any", values, 0.95, PERPLEXITY) == kept
+    assert "unreadable" in caplog.text and np.load(path)["lower"].shape == (14,)  # computed and kept again
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))
+    curve_bands.band_weights.cache_clear()
+    assert family_curve("any", values, 0.95, PERPLEXITY) == kept
+    assert "cannot write" in caplog.text

@@ -7,7 +7,8 @@
 - `sensitivity`: what the measured sensitivity runs found (`tuner.run.sensitivity` queues and trains them).
 - `study_frames`: the aggregates the dashboard's figures plot, one call per figure.
 - `trial_frames`: trials as pandas frames: the Pareto front's inputs and the table `tuner export` writes.
-- `tuning_curves`: how good each family's best validation loss gets after n tuning trials.
+- `tuning_curves`: how good each family's best validation loss gets after n tuning trials; `curve_bands`: the
+  confidence band of its median best, with the weights that cost a simulation kept on disk.
 
 Code outside imports the modules themselves (`from lm_tuner.tuner.analysis.comparison import comparison`): this
 package re-exports nothing, because `comparison` pulls Ray (through `tuner.run.stages`), `tuning_curves` opda and

@@ -16,21 +16,19 @@ confidence^(1/families), the families' trials being independent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from importlib.metadata import version
 
 import numpy as np
 from opda.nonparametric import EmpiricalDistribution
 from sqlalchemy import select
 
+from lm_tuner.tuner.analysis.curve_bands import BAND_METHOD, confidence_band
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 DEFAULT_CONFIDENCE = 0.95
 CONFIDENCE_RANGE = (0.5, 0.999)  # beyond 0.999 the band's level rounds to 1 for several families (opda refuses)
-LOSS_FLOOR = 0.0  # cross-entropy is never negative
-BAND_METHOD = "ld_equal_tailed"
 METHOD = (f"expected best: Dodge et al. 2019 (exact, from the order statistics); band: of the median best, "
           f"simultaneous over n, distribution-free (opda {version('opda')}, {BAND_METHOD})")
 
@@ -77,9 +75,7 @@ def family_curve(family: str, values: np.ndarray, confidence: float, unit: Unit)
     ns = np.arange(1, len(values) + 1)
     if len(values) == 0:
         return FamilyCurve(family, 0, [], [])
-    low_cdf, point, high_cdf = EmpiricalDistribution.confidence_bands(
-        values, confidence, a=LOSS_FLOOR, method=BAND_METHOD, generator=_band_generator(len(values), confidence),
-        n_jobs=1)
+    low_cdf, point, high_cdf = confidence_band(values, confidence)
     median = point.quantile_tuning_curve(ns, minimize=True)
     ends = [high_cdf.quantile_tuning_curve(ns, minimize=True), low_cdf.quantile_tuning_curve(ns, minimize=True)]
     lower, upper = np.minimum(*ends), np.maximum(*ends)
@@ -88,13 +84,6 @@ def family_curve(family: str, values: np.ndarray, confidence: float, unit: Unit)
               for n, e, m, lo, hi in zip(ns, expected, median, lower, upper, strict=True)]
     # the expected best of the scores, not the score of the expected loss: the unit's scale is not linear
     return FamilyCurve(family, len(values), points, [float(s) for s in expected_best(unit.convert(values), ns)])
-
-
-@lru_cache(maxsize=256)
-def _band_generator(trials: int, confidence: float) -> np.random.Generator:
-    """The same seeded generator for each sample size: opda simulates the band's critical value with it and
-    caches the result per generator, so a band is reproducible and computed once per size and confidence."""
-    return np.random.default_rng(0)
 
 
 def verdict(curves: list[FamilyCurve], confidence: float) -> str:
