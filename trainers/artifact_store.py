@@ -9,7 +9,6 @@ S3-compatible server such as MinIO), which botocore reads itself.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from lm_tuner.trainers.files import sha256_of_chunks
 
 Location = Path | str  # a local path, or a URL such as s3://bucket/key
 CHUNK_BYTES = 1 << 20
@@ -62,10 +63,7 @@ def size(location: Location) -> int:
 
 
 def sha256(location: Location) -> str:
-    digest = hashlib.sha256()
-    for chunk in chunks(location):
-        digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_of_chunks(chunks(location))
 
 
 def chunks(location: Location, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 CACHE_VARIABLE = "LM_TUNER_DATA"
@@ -16,8 +17,13 @@ def default_cache_dir() -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        return sha256_of_chunks(iter(lambda: handle.read(1 << 20), b""))
+
+
+def sha256_of_chunks(chunks: Iterable[bytes]) -> str:
+    """The SHA-256 (hex) of the bytes `chunks` yields in turn, never held whole."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
     return digest.hexdigest()
