@@ -104,6 +104,13 @@ def test_missing_required_fields_are_each_reported():
     assert all(issue.message == "required field is missing" for issue in issues.values())
 
 
+def test_a_missing_dataset_format_lists_the_formats(tiny_spec):
+    issues, message = issues_of(tiny_spec(dataset={"path": "/data"}))
+    assert issues["dataset.format"].message == ("required field is missing; allowed: ptb, ptb-char, wikitext, enwik8, "
+                                                "text8, text")
+    assert issues["dataset.format"].line is not None
+
+
 def test_invalid_yaml_reports_its_line():
     issues, message = issues_of("name: x\nfamilies: [lstm\n")
     assert "not valid YAML/JSON" in message

@@ -120,8 +120,14 @@ def _validate_dataset(data: Any) -> Any:
 
 
 def _local_kind(data: dict) -> str:
-    """`text` or `path` for a local folder, by its format; an unknown format is refused with every allowed one."""
-    if "format" in data and data["format"] not in LOCAL_FORMATS:
+    """`text` or `path` for a local folder, by its format; a missing or unknown format is refused with every allowed
+    one."""
+    if "format" not in data:
+        raise ValidationError.from_exception_data("dataset", [{
+            "type": PydanticCustomError("missing", "required field is missing; allowed: {allowed}",
+                                        {"allowed": ", ".join(LOCAL_FORMATS)}),
+            "loc": ("format",), "input": data}])
+    if data["format"] not in LOCAL_FORMATS:
         raise _errors("dataset", [(("format",), f"unknown format {data['format']!r}; allowed: "
                                                 f"{', '.join(LOCAL_FORMATS)}", data["format"])])
     return TEXT_FORMAT if data.get("format") == TEXT_FORMAT else "path"

@@ -47,8 +47,9 @@ def issue_from_pydantic(error: dict[str, Any], lines: dict[tuple[str, ...], int]
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(path[:-1])
         message = "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
-    elif error["type"] == "missing":
-        message = "required field is missing"
+    elif error["type"] == "missing":  # a validator of ours may say what the field could be
+        allowed = error.get("ctx", {}).get("allowed")
+        message = "required field is missing" + (f"; allowed: {allowed}" if allowed else "")
     elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # named by the field that selects a kind
         path = (*path, error["ctx"]["discriminator"].strip("'"))
         message = (f"got {shown(error['ctx']['tag'])}; allowed: {error['ctx']['expected_tags']}"
