@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select
 
@@ -42,17 +43,19 @@ def add_study(url: str, name: str, status: str = "running", **fields: object) ->
 
 
 def add_trial(url: str, study: str, stage: str, state: str, *, seconds: float = 10.0, interrupted: bool = False,
-              family: str = "lstm") -> int:
+              family: str = "lstm", params: dict[str, float] | None = None) -> int:
     """A trial as the controller leaves it: Optuna's row, started `seconds` ago (and ended now unless it is
     running), and the project's row beside it."""
+    params = params or {}
     optuna_study = optuna.create_study(storage=optuna_storage(url), load_if_exists=True,
                                        study_name=optuna_study_name(study, family, *OPTUNA_STUDY[stage]))
     value = 1.0 if state == "COMPLETE" else None
     start = datetime.now() - timedelta(seconds=seconds)  # naive local time, as Optuna writes it
     optuna_study.add_trial(FrozenTrial(
         number=0, state=TrialState[state], value=value, datetime_start=start,
-        datetime_complete=None if state == "RUNNING" else start + timedelta(seconds=seconds), params={},
-        distributions={}, user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=0))
+        datetime_complete=None if state == "RUNNING" else start + timedelta(seconds=seconds), params=params,
+        distributions={name: FloatDistribution(0.0, 1.0) for name in params}, user_attrs={}, system_attrs={},
+        intermediate_values={}, trial_id=0))
     trial = optuna_study.get_trials(deepcopy=False)[-1]
     with sessions(url).begin() as session:
         session.add(TrialRecord(trial_id=trial._trial_id, study_name=study, family=family, stage=stage,

@@ -109,6 +109,16 @@ def test_status_of_a_finished_study_is_not_provisional(storage_url):
     assert row(text, "lstm")[5] == f"{math.exp(2.0):.3f}" and row(text, "mogrifier")[3] == "1"
 
 
+def test_a_narrow_status_table_never_splits_a_hyperparameter(sqlite_url):
+    """Piped to a file, the table is 80 columns wide: each name=value stays whole on a line of its own."""
+    add_study(sqlite_url, "narrow", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
+    params = {"learning_rate": 0.006418, "input_dropout": 0.02589, "output_dropout": 0.1266}
+    add_trial(sqlite_url, "narrow", "tune", "COMPLETE", family="lstm", params=params)
+    text = CliRunner().invoke(app, ["status", "narrow", "--storage", sqlite_url], env={"COLUMNS": "80"}).output
+    cells = [line.strip("│ ").split("│")[-1].strip() for line in text.splitlines() if line.startswith("│")]
+    assert {"learning_rate=0.006418", "input_dropout=0.02589", "output_dropout=0.1266"} <= set(cells), text
+
+
 def test_the_unigram_baseline_is_the_corpus_s(storage_url):
     corpus_stats = pytest.importorskip("lm_tuner.trainers.corpus_stats")
     from lm_tuner.trainers import dataset_from_dict, load_corpus

@@ -113,7 +113,7 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
                   *(["reversed half: loss", "accuracy"] if memory else []), "parameters", "hidden", "hyperparameters",
                   title=f"{family}: {shown}", title_justify="left")
     for rank, trial in enumerate(page.items, 1):
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
+        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
         value = "-" if trial.value is None else f"{unit.of(trial.value):.3f}"
         table.add_row(str(rank) if trial.value is not None else "-", f"#{trial.number}",
                       *([trial.state.lower()] if every_trial else []), value, *([_full(trial, unit)] if subset else []),
