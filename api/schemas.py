@@ -147,8 +147,11 @@ class FamilyResultOut(BaseModel):
 class MarginOut(BaseModel):
     runner_up: str
     difference: float = Field(description="the runner-up's mean score less the winner's (lower is better)")
-    low: float = Field(description="95% interval of the difference, by Welch's t over the two families' seeds")
-    high: float
+    low: float | None = Field(description="95% interval of the difference, by Welch's t over the two families' "
+                                          "seeds; null where none can be drawn (fewer than two seeds of a family, "
+                                          "or no spread)")
+    high: float | None
+    seeds: list[int] = Field(description="the winner's and the runner-up's final models (seeds) the means are over")
 
 
 class ComparisonOut(BaseModel):
@@ -164,8 +167,8 @@ class ComparisonOut(BaseModel):
     reruns_finished: int
     tuning_validation: str = Field(description="which validation set the tuning scores are on")
     verdict: str = Field(description="the winner and why, or why there is none yet")
-    margin: MarginOut | None = Field(None, description="the winner's margin over the runner-up, where both have "
-                                                       "two seeds or more; null otherwise")
+    margin: MarginOut | None = Field(None, description="the winner's margin over the runner-up; null where there is "
+                                                       "no winner or no runner-up")
     unigram_baseline: BaselineOut = Field(description="the unigram baseline of the corpus: the validation "
                                                       "perplexity of word frequencies alone, for scale")
 

@@ -185,9 +185,13 @@ def test_the_winners_margin_is_welchs_interval_of_the_difference(winner, runner_
     assert found.separated is separated and found.runner_up == "lstm"
 
 
-def test_no_margin_is_drawn_from_a_single_seed_or_without_spread():
-    assert margin(estimate([1.0]), estimate([2.0, 2.1]), "lstm") is None
-    assert margin(estimate([1.0, 1.0]), estimate([2.0, 2.0]), "lstm") is None
+def test_no_interval_is_drawn_from_a_single_seed_or_without_spread():
+    single = margin(estimate([1.0]), estimate([2.0, 2.1]), "lstm")
+    assert (single.low, single.high, single.seeds) == (None, None, (1, 2)) and not single.separated
+    assert single.difference == pytest.approx(1.05)
+    assert "(1 and 2 seeds): no interval of the difference can be drawn" in single.sentence("perplexity")
+    still = margin(estimate([1.0, 1.0]), estimate([2.0, 2.0]), "lstm")
+    assert (still.low, still.high) == (None, None) and not still.separated
 
 
 def estimate(values: list[float]) -> Estimate:
@@ -248,6 +252,17 @@ def test_without_reruns_single_tuning_runs_are_compared_and_every_family_shown(s
     text = command(storage_url, "compare", "single")
     assert row(text, "mogrifier")[1:3] == ["no result yet", "-"] and "winner: lstm" in text
     assert "single tuning runs (no reruns in the spec: no mean over seeds)" in " ".join(text.split())  # (a title)
+    assert found.margin is None and "ahead of" not in found.verdict  # no runner-up
+    trial(storage_url, "single", "mogrifier", "COMPLETE", 2.5)  # a fifth trial, beyond the plan: now a runner-up
+    found = comparison(storage_url, "single")
+    assert found.margin.seeds == (1, 1) and found.margin.low is None
+    assert found.verdict.endswith(f"ahead of mogrifier by {math.exp(2.5) - math.exp(2.0):.3f} perplexity (one seed "
+                                  f"each): no interval of the difference can be drawn (Welch's t needs two seeds or "
+                                  f"more of each, with some spread), so nothing here measures whether other seeds "
+                                  f"would keep this order")
+    payload = json.loads(command(storage_url, "compare", "single", "--json"))
+    assert payload["margin"] == {"runner_up": "mogrifier", "difference": pytest.approx(math.exp(2.5) - math.exp(2.0)),
+                                 "low": None, "high": None, "seeds": [1, 1]}
 
 
 def test_export_writes_every_metric_of_every_trial(storage_url):

@@ -70,38 +70,45 @@ class FamilyResult:
 @dataclass(frozen=True)
 class Margin:
     """How far the winner is ahead of the runner-up on the score that named it: the difference of their means (the
-    runner-up's less the winner's, lower being better) with its 95% interval by Welch's t over their seeds."""
+    runner-up's less the winner's, lower being better) with its 95% interval by Welch's t over their seeds, where
+    one can be drawn (two seeds or more of each family, with some spread); else `low` and `high` are None."""
 
     runner_up: str
     difference: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
+    seeds: tuple[int, int]  # the winner's and the runner-up's final models
 
     @property
     def separated(self) -> bool:
         """Whether the interval excludes no difference at all: the seeds' spread does not explain the margin."""
-        return self.low > 0
+        return self.low is not None and self.low > 0
 
     def sentence(self, unit: str) -> str:
+        ahead = f"ahead of {self.runner_up} by {self.difference:.3f} {unit}"
+        if self.low is None:
+            seeds = "one seed each" if self.seeds == (1, 1) else f"{self.seeds[0]} and {self.seeds[1]} seeds"
+            return (f"{ahead} ({seeds}): no interval of the difference can be drawn (Welch's t needs two seeds or "
+                    f"more of each, with some spread), so nothing here measures whether other seeds would keep "
+                    f"this order")
         said = "the seeds separate them" if self.separated else "the seeds do not separate them"
-        return (f"ahead of {self.runner_up} by {self.difference:.3f} {unit}, 95% interval of the difference "
-                f"{self.low:.3f} to {self.high:.3f} (Welch's t over the seeds): {said}")
+        return (f"{ahead}, 95% interval of the difference {self.low:.3f} to {self.high:.3f} (Welch's t over the "
+                f"seeds): {said}")
 
 
-def margin(winner: Estimate, runner_up: Estimate, runner_up_family: str) -> Margin | None:
-    """The winner's margin over the runner-up, or None where either mean has fewer than two seeds or neither has any
-    spread (no interval can be drawn)."""
-    if winner.count < 2 or runner_up.count < 2:
-        return None
+def margin(winner: Estimate, runner_up: Estimate, runner_up_family: str) -> Margin:
+    """The winner's margin over the runner-up, its interval left out where either mean has fewer than two seeds or
+    neither has any spread (none can be drawn)."""
+    difference = runner_up.mean - winner.mean
+    seeds = (winner.count, runner_up.count)
     shares = (winner.std ** 2 / winner.count, runner_up.std ** 2 / runner_up.count)
-    if sum(shares) == 0:
-        return None
-    from scipy.stats import t as students_t  # 0.3 s to import: only where a margin is drawn
+    if min(seeds) < 2 or sum(shares) == 0:
+        return Margin(runner_up_family, difference, None, None, seeds)
+    from scipy.stats import t as students_t  # 0.3 s to import: only where an interval is drawn
 
     freedom = sum(shares) ** 2 / (shares[0] ** 2 / (winner.count - 1) + shares[1] ** 2 / (runner_up.count - 1))
     half_width = float(students_t.ppf(0.975, freedom)) * math.sqrt(sum(shares))
-    difference = runner_up.mean - winner.mean
-    return Margin(runner_up_family, difference, difference - half_width, difference + half_width)
+    return Margin(runner_up_family, difference, difference - half_width, difference + half_width, seeds)
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class Comparison:
     reruns_finished: int = 0
     tuning_validation: str = "full"  # which validation set the tuning scores are on, e.g. "subset of 2,000 tokens"
     verdict: str = ""  # the winner and why, or why there is none yet
-    margin: Margin | None = None  # the winner's over the runner-up, where both have two seeds or more
+    margin: Margin | None = None  # the winner's over the runner-up, where there is a winner and a runner-up
 
 
 def comparison(url: str, name: str) -> Comparison | None:
