@@ -4,12 +4,15 @@ turn runs (the softmax temperature search on the turn's validation streams inclu
 from __future__ import annotations
 
 import statistics
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lm_tuner.trainers import load_corpus
 from lm_tuner.trainers.training import train
+from lm_tuner.tuner.run import probe
 from lm_tuner.tuner.run.probe import PassCost, ValidationLayout, study_plan
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.space import trial_setup
@@ -54,3 +57,19 @@ def test_a_turns_evaluation_scales_its_passes_with_the_windows_and_its_other_cos
         assert turn == pytest.approx(passes * real_pass + 0.005)
     assert layout.turn_seconds(0.5 * probed_pass, 1, plain, searched, extra_passes=1) == \
         pytest.approx(real_pass + plain.seconds(200))
+
+
+@pytest.mark.parametrize(("pass_seconds", "budget", "tries"), [(0.0, 5.0, 5), (0.05, 0.01, 1), (0.05, 0.35, 3)])
+def test_the_pass_timings_stop_where_another_try_would_outlast_their_share(monkeypatch, pass_seconds, budget, tries):
+    """A 24M-parameter model on a CPU took 10 s a try: five tries each, with and without the temperature search,
+    made a 10-second probe last 132 s."""
+    passes = []
+
+    def scored(model, streams, bptt):
+        passes.append(streams.shape[0])
+        time.sleep(pass_seconds)
+
+    monkeypatch.setattr(probe, "streams_cross_entropy", scored)
+    run = SimpleNamespace(schedule=SimpleNamespace(bptt=4), validation=torch.zeros(13, 2), model=None)
+    cost = probe._pass_cost(run, searched=False, seconds=budget)
+    assert passes == [5, 13] * tries and cost.per_window >= 0

@@ -45,8 +45,8 @@ def plan(
     except SpecError as error:
         refuse_spec(error)
     if probe:
-        errors.print(f"probing each family's median shape on this machine for about {seconds:g} s (--no-probe "
-                     f"skips it)", style="dim")
+        errors.print(f"probing each family's median shape on this machine for about {seconds:g} s, longer where "
+                     f"one training step and one evaluation take longer (--no-probe skips it)", style="dim")
     try:
         planned = study_plan(spec, probe=probe, seconds=seconds)
     except DatasetUnavailable as error:

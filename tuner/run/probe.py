@@ -41,7 +41,8 @@ PROBE_SECONDS = 10.0
 TRAINING_SHARE = 0.6  # of each family's probe time; the rest times evaluation
 MAX_TIMED_RUNS = 50  # training steps or evaluations
 EVALUATION_WINDOWS = 4  # per validation stream, at most: the probe scores the turns' streams, this far along
-PASS_TRIES = 5  # timings of a validation pass on one window and on all, each
+PASS_TRIES = 5  # timings of a validation pass on one window and on all, each, at most
+PASS_SHARE = 0.1  # of each family's probe time, for those timings without and again with the temperature search
 _PROBING = threading.Lock()
 
 
@@ -125,8 +126,9 @@ def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds:
                          before=run.train_turn)
     turn_seconds = layout.turn_seconds(statistics.median(evaluations),
                                        (run.validation_passes - passes_before) / len(evaluated),
-                                       _pass_cost(run, searched=False),
-                                       _pass_cost(run, searched=True) if layout.searched else None,
+                                       _pass_cost(run, searched=False, seconds=seconds * PASS_SHARE),
+                                       _pass_cost(run, searched=True, seconds=seconds * PASS_SHARE)
+                                       if layout.searched else None,
                                        extra_passes=int(isinstance(spec.dataset, ReverseCopyConfig)))
     return ProbeTiming(step_seconds=statistics.median(steps),
                        evaluation_seconds_per_token=turn_seconds / validation_tokens_per_turn(spec.training,
@@ -181,16 +183,21 @@ class PassCost:
         return self.fixed + self.per_window * windows
 
 
-def _pass_cost(run: TrainingRun, *, searched: bool) -> PassCost:
+def _pass_cost(run: TrainingRun, *, searched: bool, seconds: float) -> PassCost:
     """A pass over the probe's validation streams, with or without the temperature search, timed on one window and
-    on all, PASS_TRIES times each, in turns (a slow spell of the machine then hits both alike), the least of each
-    kept: a trial's evaluation extrapolates the difference to its windows, tens or hundreds of them."""
+    on all, in turns (a slow spell of the machine then hits both alike), the least of each kept: a trial's
+    evaluation extrapolates the difference to its windows, tens or hundreds of them. Up to PASS_TRIES times each,
+    while another try fits in `seconds`; once where a single try does not (a 24M-parameter model on a CPU: 10 s)."""
     bptt, whole = run.schedule.bptt, run.validation
     score = searched_streams_cross_entropy if searched else streams_cross_entropy
     one, every = math.inf, math.inf
+    until = time.perf_counter() + seconds
     for _ in range(PASS_TRIES):
+        started = time.perf_counter()
         one = min(one, _duration(lambda: score(run.model, whole[:bptt + 1], bptt)))
         every = min(every, _duration(lambda: score(run.model, whole, bptt)))
+        if 2 * time.perf_counter() - started > until:  # the next try would end past `until`
+            break
     windows = math.ceil((whole.shape[0] - 1) / bptt)
     per_window = max(0.0, (every - one) / (windows - 1)) if windows > 1 else every
     return PassCost(fixed=max(0.0, every - per_window * windows), per_window=per_window)
