@@ -47,8 +47,9 @@ class QueryErrorsOut(BaseModel):
 )
 async def plan(
     request: Request,
-    probe: Annotated[bool, Query(description="time each family's median shape on this server (about 10 s) to "
-                                             "estimate the study's duration")] = False,
+    probe: Annotated[bool, Query(description="time each family's median shape on this server (about 10 s, longer "
+                                             "where one training step and one evaluation take longer) to estimate "
+                                             "the study's duration")] = False,
 ) -> Any:
     """Each family's solved shapes across the searched ranges, where its parameters go, its trials and the
     warnings of `tuner plan`; with `probe`, the time per trial and for the study on this server. Studies that
