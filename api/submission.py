@@ -17,7 +17,7 @@ from lm_tuner.api.schemas import (
 )
 from lm_tuner.api.submission_checks import data_checks
 from lm_tuner.tuner.analysis.study_facts import unigram_baseline
-from lm_tuner.tuner.run.controller import StudyConflict
+from lm_tuner.tuner.run.controller import StudyConflict, refuse_leftover_artifacts
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
@@ -37,7 +37,8 @@ SPEC_BODY = {"requestBody": {"required": True, "content": {
     tags=["studies"],
     dependencies=[Writer],
     responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
-               409: {"description": "a study with this name exists"}, 413: {"description": "body too large"},
+               409: {"description": "a study with this name exists, or the artifact store holds checkpoints of an "
+                                    "earlier one"}, 413: {"description": "body too large"},
                **Unauthorized},
     openapi_extra=SPEC_BODY,
 )
@@ -52,9 +53,11 @@ async def submit(request: Request, config: SettingsDep) -> Any:
 
 async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
     """Validate a spec document against its data and queue its study, with the plan's warnings; SpecError names
-    `source` (also for data that cannot be read), 409 for a taken name."""
+    `source` (also for data that cannot be read), 409 for a taken name or files of an earlier study of that name in
+    the artifact store."""
     spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source)
     try:
+        await run_in_threadpool(refuse_leftover_artifacts, config.storage_url, spec.name, config.artifact_root)
         await run_in_threadpool(submit_study, config.storage_url, spec, document, unigram_perplexity=unigram)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error

@@ -97,6 +97,15 @@ def test_an_object_appears_whole_or_not_at_all(s3_server):
     assert s3_server.ls(folder, detail=False, refresh=True) == [f"{folder}/file.bin"]  # no temporary object
 
 
+def test_a_prefix_holds_files_until_its_tree_is_removed(s3_server):
+    folder = f"{ROOT}/leftover"
+    assert not artifact_store.holds_files(folder)
+    artifact_store.write_atomically(f"{folder}/lstm/trial-00000/latest.pt", lambda path: path.write_bytes(b"state"))
+    assert artifact_store.holds_files(folder) and not artifact_store.holds_files(f"{ROOT}/leftove")
+    artifact_store.remove_tree(folder)
+    assert not artifact_store.holds_files(folder)
+
+
 def test_a_study_on_object_storage_resumes_a_killed_trial_and_serves_its_checkpoint(s3_server, postgres_url,
                                                                                      tmp_path):
     url = postgres_url  # PostgreSQL never reuses a deleted row's id: the resume check relies on that

@@ -14,7 +14,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,10 +123,21 @@ def local_copy(location: Location) -> Iterator[Path]:
         yield copy
 
 
-def remove_tree(location: Location) -> None:
-    """Remove a folder and everything in it, or every object under a URL prefix; nothing there is not an error."""
+def holds_files(location: Location) -> bool:
+    """Whether any file is in the folder `location` (below it too), or any object under the URL prefix."""
     if not is_url(location):
-        shutil.rmtree(local_path(location), ignore_errors=True)
+        return any(entry.is_file() for entry in local_path(location).rglob("*"))
+    store, key = _store(str(location))
+    store.invalidate_cache(key)
+    return bool(store.find(key))
+
+
+def remove_tree(location: Location) -> None:
+    """Remove a folder and everything in it, or every object under a URL prefix; nothing there is not an error,
+    a file that cannot be removed is (OSError)."""
+    if not is_url(location):
+        with suppress(FileNotFoundError):
+            shutil.rmtree(local_path(location))
         return
     store, key = _store(str(location))
     if store.exists(key):

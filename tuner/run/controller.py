@@ -17,14 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 import ray
 from optuna.trial import TrialState
 from ray import tune
-from sqlalchemy import select
+from sqlalchemy import exists, select
 
-from lm_tuner.trainers import Corpus, load_corpus, unigram_perplexity
+from lm_tuner.trainers import Corpus, artifact_store, load_corpus, unigram_perplexity
 from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
 from lm_tuner.tuner.run.tuning import tune_families
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
 from lm_tuner.tuner.spec.space import trial_seed
@@ -33,7 +33,7 @@ from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.optuna_names import optuna_studies_of, optuna_study_name
-from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
+from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord, families_column, utcnow
 
 # Ctrl-C (or a worker's stop) must reach the controller as KeyboardInterrupt, so that running trials are
 # marked interrupted and the study can be continued; Tune's own handler would swallow it and stay installed.
@@ -43,7 +43,8 @@ INTERRUPTED_REASON = "its controller stopped before the trial finished"
 
 
 class StudyConflict(RuntimeError):
-    """The study name is taken by a different spec, or another live process is running it."""
+    """The study name is taken by a different spec, or another live process is running it, or the artifact store
+    holds files of an earlier study of that name."""
 
 
 class StudyRefused(ValueError):
@@ -69,6 +70,7 @@ def launch_study(
     prepared_corpus(spec)
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
+    refuse_leftover_artifacts(settings.storage_url, spec.name, settings.artifact_root)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
         return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
@@ -88,6 +90,20 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
     if issues:
         raise StudyRefused("; ".join(issue.render(None) for issue in issues))
     return corpus
+
+
+def refuse_leftover_artifacts(url: str, name: str, artifact_root: ArtifactRoot) -> None:
+    """StudyConflict where the artifact store holds files under the study's name while the database has no trial
+    of it: checkpoints of an earlier study of that name (deleted from another database, or with its database),
+    which this one's trials would take for their own, since a trial resumes from the `latest.pt` in its folder."""
+    with sessions(url)() as session:
+        if session.scalar(select(exists().where(TrialRecord.study_name == name))):
+            return
+    folder = artifact_root / name
+    if artifact_store.holds_files(folder):
+        raise StudyConflict(f"artifacts: {folder} holds checkpoints of an earlier study named {name!r}, of which this "
+                            f"database has no trial; its trials would resume from them. Remove that folder, give "
+                            f"the study another name, or use another artifact store (--artifacts)")
 
 
 def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) -> None:
@@ -120,6 +136,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     url = settings.storage_url
     try:
         corpus = prepared_corpus(spec)
+        refuse_leftover_artifacts(url, spec.name, settings.artifact_root)  # a queued study, claimed by a worker
         vocab_size = len(corpus.vocabulary)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))

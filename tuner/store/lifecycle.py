@@ -69,6 +69,11 @@ def delete_study(url: str, name: str, artifact_root: ArtifactRoot) -> None:
         raise KeyError(name)
     if record.status in ("running", "cancelling"):
         raise StudyStateError(f"study {name!r} is {record.status}; cancel it and wait until it has stopped")
+    # The files first: a study whose folder could not be removed stays, to be deleted again, rather than leave
+    # files that a new study of the same name would find (launching one refuses while they are there).
+    folder = (artifact_root / name).resolve()
+    if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
+        artifact_store.remove_tree(folder)
     storage = optuna_storage(url)
     for optuna_name in optuna_studies_of(url, name):  # every family's, and their reruns, stage 2 and sensitivity
         optuna.delete_study(study_name=optuna_name, storage=storage)
@@ -79,9 +84,6 @@ def delete_study(url: str, name: str, artifact_root: ArtifactRoot) -> None:
         session.execute(delete(TrialRecord).where(TrialRecord.study_name == name))
         session.execute(delete(TrialCountRecord).where(TrialCountRecord.study_name == name))  # zeros by now
         session.execute(delete(StudyRecord).where(StudyRecord.name == name))
-    folder = (artifact_root / name).resolve()
-    if folder.is_relative_to(artifact_root.resolve()) and folder != artifact_root.resolve():
-        artifact_store.remove_tree(folder)
 
 
 def release_unstarted_name(url: str, name: str, spec: dict, artifact_root: ArtifactRoot) -> bool:
