@@ -4,7 +4,9 @@ one. Real processes, counted."""
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -122,6 +124,39 @@ def test_sigterm_stops_serve_its_worker_and_every_trial(tmp_path):
         states = connection.execute("SELECT state, interrupted FROM lmt_trials").fetchall()
     assert states == [("FAIL", 1), ("FAIL", 1)]  # interrupted: they do not count, and run again
     assert "study served put back in the queue" in output
+
+
+def test_ctrl_c_while_the_worker_starts_stops_serve_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C goes to the whole foreground process group: a worker still importing printed a
+    KeyboardInterrupt traceback of 50 lines; it now runs in a group of its own, and `serve` stops it."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,
+                              env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)  # its own group, as a shell's foreground job
+    lines = []
+    for line in server.stdout:
+        lines.append(line)
+        if "dashboard:" in line:  # printed once the worker has been started
+            break
+    children = psutil.Process(server.pid).children(recursive=True)
+    os.killpg(server.pid, signal.SIGINT)
+    output = "".join(lines) + server.stdout.read()
+    assert server.wait(timeout=STOP_SECONDS) == 0, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert children and _survivors(children) == []
+
+
+def test_serve_refuses_a_port_in_use_before_starting_anything(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,
+                             env=_environment(tmp_path), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.strip() == (f"error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); "
+                                  f"stop what uses it or choose another port")
+    assert "dashboard:" not in run.stdout
 
 
 @pytest.mark.parametrize("stop, exit_status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])

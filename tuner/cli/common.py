@@ -70,9 +70,10 @@ def stopping_cleanly() -> Iterator[None]:
 
 
 def stop_process(process: subprocess.Popen, grace_seconds: float) -> None:
-    """Interrupt a child like Ctrl-C would (so it can put its study back in the queue), then kill it."""
+    """Ask a child command to stop (SIGTERM: it puts its study back in the queue, as on Ctrl-C; one still starting
+    ends at once, where SIGINT would print a KeyboardInterrupt traceback from its imports), then kill it."""
     with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)
     try:
         process.wait(timeout=grace_seconds)
     except subprocess.TimeoutExpired:

@@ -64,21 +64,44 @@ def serve(
             refuse(f"--host {host}: listening beyond this machine with authentication off would let anyone who "
                     f"reaches port {port} submit, cancel and delete studies; create a token (`tuner token create "
                     f"NAME`), or pass --insecure")
-    with stopping_cleanly():
+    listening = _listening_socket(host, port)  # before the worker starts: a port in use is one line, not a mess
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="info",
+                                           timeout_graceful_shutdown=5))
+    stopped = False
+    with stopping_cleanly(), listening:
         runner = None
-        if worker:
-            runner = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner",
-                                       "worker", "--storage", settings.storage_url,
-                                       "--artifacts", str(settings.artifact_root)])
-        console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
         try:
+            if worker:  # in a process group of its own: a terminal's Ctrl-C reaches `serve`, which stops it once
+                runner = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner",
+                                           "worker", "--storage", settings.storage_url,
+                                           "--artifacts", str(settings.artifact_root)], process_group=0)
+            console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
             # uvicorn stops serving on SIGINT or SIGTERM, then raises the signal again: KeyboardInterrupt here.
-            uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+            server.run(sockets=[listening])
         except KeyboardInterrupt:
-            pass
+            stopped = True
         finally:
             if runner is not None:
                 stop_process(runner, WORKER_GRACE_SECONDS)
+    if not (stopped or server.started):  # uvicorn logged why (the app's start-up failed)
+        raise typer.Exit(3)
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` for uvicorn to serve on (IPv6 where the host has a colon, as uvicorn's own),
+    or a refusal naming the option."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: restart while old connections close
+    try:
+        listening.bind((host, port))
+    except socket.gaierror as error:
+        listening.close()
+        refuse(f"--host {host}: cannot resolve it ({error.strerror})")
+    except OSError as error:
+        listening.close()
+        refuse(f"--port {port}: cannot listen on {host}:{port} ({error.strerror}); stop what uses it or choose "
+               f"another port")
+    return listening
 
 
 def _is_loopback(host: str) -> bool:
