@@ -146,6 +146,22 @@ def test_ctrl_c_while_the_worker_starts_stops_serve_without_a_traceback(tmp_path
     assert children and _survivors(children) == []
 
 
+def test_the_worker_of_a_killed_serve_stops_too(tmp_path):
+    """The worker gets no signal from the terminal (a process group of its own): it stops when `serve` is gone."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "serve", "--port", str(port)], cwd=tmp_path,
+                              env=_environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        _wait_for(lambda: _answers(client), 90, "the server did not start")
+    (worker,) = psutil.Process(server.pid).children()
+    _wait_for(lambda: "worker" in " ".join(worker.cmdline()) and worker.status() != psutil.STATUS_ZOMBIE, 30,
+              "no worker")
+    time.sleep(3)  # past its imports: it stops cleanly, not by SIGTERM's default action
+    server.kill()
+    server.wait()
+    _wait_for(lambda: not _alive(worker.pid), STOP_SECONDS, "the worker outlived `serve`")
+
+
 def test_serve_refuses_a_port_in_use_before_starting_anything(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

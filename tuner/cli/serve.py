@@ -17,6 +17,10 @@ TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, 
 
 
 WORKER_GRACE_SECONDS = 15  # `serve` waits this long for its worker to put its study back, then stops it
+# `tuner worker`, in a process group of its own (a terminal's Ctrl-C reaches `serve` alone, which stops the worker
+# with SIGTERM: a worker still importing would print a KeyboardInterrupt traceback), that stops when `serve` exits.
+WORKER_START = ("import sys; sys.argv[0] = 'tuner'; from lm_tuner.tuner.run.processes import die_with_parent; "
+                "die_with_parent({parent}); from lm_tuner.tuner.cli import main; main()")
 
 
 def serve(
@@ -71,8 +75,8 @@ def serve(
     with stopping_cleanly(), listening:
         runner = None
         try:
-            if worker:  # in a process group of its own: a terminal's Ctrl-C reaches `serve`, which stops it once
-                runner = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner",
+            if worker:
+                runner = subprocess.Popen([sys.executable, "-c", WORKER_START.format(parent=os.getpid()),
                                            "worker", "--storage", settings.storage_url,
                                            "--artifacts", str(settings.artifact_root)], process_group=0)
             console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")

@@ -23,6 +23,7 @@ import psutil
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 _stop_signal: list[int] = []  # the signal that asked this process to stop, once one has
 _hooks_before: list = []  # the sys.unraisablehook that _deliver_dropped_stop hands other exceptions on to
 DATABASE_MODULES = ("sqlalchemy.", "sqlite3", "psycopg", "optuna.storages")
@@ -104,6 +105,17 @@ def signal_handlers_kept() -> Iterator[None]:
         for number, handler in kept.items():
             if handler is not None:
                 signal.signal(number, handler)
+
+
+def die_with_parent(parent: int) -> None:
+    """Receive SIGTERM when process `parent` exits (Linux; a no-op elsewhere): for a child that runs in a process
+    group of its own, which no signal from the terminal reaches, so that it never outlives the command it serves."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it exited before it could be watched
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def adopt_orphans() -> None:
