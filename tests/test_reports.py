@@ -293,3 +293,13 @@ def test_export_writes_every_metric_of_every_trial(storage_url):
     records = json.loads(command(storage_url, "export", "exported", "--format", "json"))
     assert records[0]["eval.deterministic.logit_scale"] == 0.95 and records[0]["last.learning_rate"] == 0.003
 
+
+def test_export_writes_into_new_folders_and_refuses_a_folder_as_its_file(sqlite_url, tmp_path):
+    add_study(sqlite_url, "exported", status="complete")
+    trial(sqlite_url, "exported", "lstm", "COMPLETE", 2.0)
+    nested = tmp_path / "new" / "folders" / "trials.csv"
+    assert "wrote 1 trials to" in command(sqlite_url, "export", "exported", "-o", str(nested))
+    assert len(pandas.read_csv(nested)) == 1
+    refused = CliRunner().invoke(app, ["export", "exported", "-o", str(tmp_path), "--storage", sqlite_url])
+    assert refused.exit_code == 2 and f"--output: {tmp_path} is a folder; give a file name" in refused.output
+

@@ -5,6 +5,7 @@ import contextlib
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
@@ -125,6 +126,18 @@ def fail(problem: object, exit_code: int) -> NoReturn:
 def refuse(problem: object) -> NoReturn:
     """A refused spec, request or option: exit status 2."""
     fail(problem, 2)
+
+
+def output_file(path: Path, option: str) -> Path:
+    """`path`, checked before any work is done: not a folder, its folder made where missing; else a refusal naming
+    `option`."""
+    if path.is_dir():
+        refuse(f"{option}: {path} is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        refuse(f"{option}: cannot make the folder {path.parent} ({error.strerror})")
+    return path
 
 
 def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:

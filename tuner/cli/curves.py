@@ -11,7 +11,15 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from lm_tuner.tuner.cli.common import StorageOption, console, no_such_study, refuse, settings_for_reading, unclipped
+from lm_tuner.tuner.cli.common import (
+    StorageOption,
+    console,
+    no_such_study,
+    output_file,
+    refuse,
+    settings_for_reading,
+    unclipped,
+)
 
 FIGURE_SUFFIXES = (".html", ".png")
 
@@ -71,3 +79,4 @@ def _check_figure_path(figure: Path) -> None:
     if figure.suffix == ".png" and importlib.util.find_spec("kaleido") is None:
         refuse("--figure: writing PNG needs the kaleido package (pip install 'lm-tuner[figures]') and a Chrome it "
                "can drive; write .html instead")
+    output_file(figure, "--figure")

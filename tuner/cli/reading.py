@@ -16,6 +16,7 @@ from lm_tuner.tuner.cli.common import (
     console,
     fail,
     no_such_study,
+    output_file,
     refuse,
     score_name,
     settings_for_reading,
@@ -185,6 +186,8 @@ def export(
 
     if output_format not in ("csv", "json"):
         refuse(f"--format: got {output_format!r}; allowed: csv, json")
+    if output is not None:
+        output_file(output, "--output")
     settings = settings_for_reading(storage)
     if Storage(settings.storage_url).study(name) is None:
         no_such_study(settings, name, 1)
