@@ -92,6 +92,8 @@ def test_token_cli(tmp_path):
     assert tuner("revoke", "laptop").returncode == 0
     again = tuner("revoke", "laptop")
     assert again.returncode == 2 and "no active token" in again.stderr
+    bracketed = tuner("create", "[bold]laptop")  # shown as typed, not taken for console markup
+    assert bracketed.returncode == 2 and "error: name: got '[bold]laptop'; allowed: 1-64 letters" in bracketed.stderr
 
 
 def test_authentication_is_a_state_of_the_database(storage_url):

@@ -312,7 +312,8 @@ def test_tuner_data_fetch_reports_the_verified_files(tmp_path: Path, monkeypatch
     again = runner.invoke(app, ["data", "fetch", "ptb", "--cache-dir", str(tmp_path / "pinned")])
     assert again.exit_code == 0 and again.output.count("from the archive pinned in the registry") == 3, again.output
     unknown = runner.invoke(app, ["data", "fetch", "ptb-word"])
-    assert unknown.exit_code == 2 and "unknown name 'ptb-word'; registered: ptb, ptb-char" in unknown.output
+    assert unknown.exit_code == 2 and "error: dataset: unknown name 'ptb-word'; registered: ptb, ptb-char" in \
+        unknown.output
 
 
 def test_a_study_spec_accepts_every_kind_of_dataset() -> None:

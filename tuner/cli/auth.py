@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from lm_tuner.tuner.settings import STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.cli.common import StorageOption, console, refuse
+from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store import Storage
 
 token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
                         no_args_is_help=True)
 auth_app = typer.Typer(help="Whether the REST API needs tokens: on from the first `tuner token create` until "
                             "`tuner auth off`.", no_args_is_help=True)
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
-
-StorageOption = Annotated[Optional[str], typer.Option(
-    "--storage", metavar="URL", help=f"SQLAlchemy URL of the database [default: ${STORAGE_VARIABLE}, else the "
-                                     f"SQLite file in $LM_TUNER_HOME]")]
 
 
 def _database(storage: str | None) -> Storage:
     database = Storage(Settings.from_options(storage, None).storage_url)
     database.upgrade()
     return database
-
-
-def _refuse(error: Exception) -> NoReturn:
-    errors.print(f"[red]error: {error}[/red]")
-    raise typer.Exit(2) from error
 
 
 @token_app.command("create")
@@ -44,7 +33,7 @@ def token_create(name: Annotated[str, typer.Argument(help="who or what the token
     try:
         print(_database(storage).create_token(name))
     except TokenError as error:
-        _refuse(error)
+        refuse(error)
 
 
 @token_app.command("revoke")
@@ -56,7 +45,7 @@ def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], 
     try:
         _database(storage).revoke_token(name)
     except TokenError as error:
-        _refuse(error)
+        refuse(error)
     console.print(f"revoked {name}")
 
 
@@ -86,7 +75,7 @@ def auth_on(storage: StorageOption = None) -> None:
     try:
         _database(storage).set_auth(True)
     except TokenError as error:
-        _refuse(error)
+        refuse(error)
     console.print("authentication on")
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from lm_tuner.tuner.cli.common import JsonOutput, refuse
+from lm_tuner.tuner.cli.common import JsonOutput, fail, refuse
 
 if TYPE_CHECKING:
     from lm_tuner.trainers.corpus import Corpus
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
 
 data_app = typer.Typer(help="Download and verify the registered datasets; check a folder of text.",
                        no_args_is_help=True)
-errors = Console(stderr=True, highlight=False)
 
 
 @data_app.command()
@@ -40,13 +38,11 @@ def fetch(
     try:
         dataset = registered(name)
     except KeyError as error:
-        errors.print(f"[red]{error.args[0]}[/red]")
-        raise typer.Exit(2) from error
+        refuse(error.args[0])
     try:
         folder = fetch_dataset(dataset, cache_dir)
     except (RuntimeError, ValueError) as error:
-        errors.print(f"[red]{error}[/red]")
-        raise typer.Exit(1) from error
+        fail(error, 1)
     recorded = read_checksums(folder / CHECKSUMS)
     typer.echo(f"{dataset.name}: {dataset.description}\n{folder}")
     for file in dataset.members:
