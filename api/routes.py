@@ -123,7 +123,8 @@ def resume(name: StudyName, config: SettingsDep) -> StatusOut:
 def remove(name: StudyName, config: SettingsDep) -> Response:
     """Delete a study that is not running: its trials, learning curves and checkpoint files."""
     try:
-        Storage(config.storage_url).delete(name, config.artifact_root)
+        storage = Storage(config.storage_url)
+        storage.delete(name, storage.artifact_root(name) or config.artifact_root)  # where the study wrote them
     except KeyError as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
     except StudyStateError as error:

@@ -106,3 +106,15 @@ def test_local_folders_hold_files_only_where_a_file_is(tmp_path):
     artifact_store.remove_tree(tmp_path / "a")
     artifact_store.remove_tree(tmp_path / "a")  # nothing there is not an error
     assert not (tmp_path / "a").exists()
+
+
+def test_a_delete_removes_the_files_where_the_study_wrote_them(sqlite_url, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "big-disk"
+    leave_checkpoint(elsewhere)
+    add_study(sqlite_url, "tiny", status="complete")
+    with sessions(sqlite_url).begin() as session:  # as the controller records it (`launch --artifacts ...`)
+        session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny")).artifact_root = str(elsewhere)
+    monkeypatch.setenv("LM_TUNER_HOME", str(tmp_path / "home"))  # the default store is another
+    deleted = CliRunner().invoke(app, ["delete", "tiny", "--yes", "--storage", sqlite_url])
+    assert deleted.exit_code == 0, deleted.output
+    assert status_of(sqlite_url, "tiny") is None and not artifact_store.holds_files(elsewhere)

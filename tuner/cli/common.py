@@ -13,7 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
-from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, HOME_VARIABLE, STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.settings import (
+    ARTIFACTS_VARIABLE,
+    HOME_VARIABLE,
+    STORAGE_VARIABLE,
+    ArtifactRoot,
+    Settings,
+    artifact_root,
+)
 from lm_tuner.tuner.store import Storage
 
 if TYPE_CHECKING:
@@ -52,6 +59,14 @@ def settings_for_reading(storage: str | None) -> Settings:
     settings = Settings.from_options(storage, None)
     Storage(settings.storage_url).upgrade()
     return settings
+
+
+def study_artifacts(settings: Settings, name: str, given: str | None) -> ArtifactRoot:
+    """Where study `name`'s checkpoints are: the store --artifacts names, else the one the study ran with, else the
+    default."""
+    if given:
+        return artifact_root(given)
+    return Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from lm_tuner.tuner.cli.common import (
     no_such_study,
     refuse,
     settings_for_reading,
+    study_artifacts,
 )
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store import Storage
@@ -37,7 +38,8 @@ def delete(
     artifacts: Artifacts = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
-    """Delete a study that is not running, with its trials, learning curves and checkpoint files."""
+    """Delete a study that is not running, with its trials, learning curves and checkpoint files (in the artifact
+    store the study ran with, unless --artifacts names another)."""
     from lm_tuner.tuner.store import StudyStateError
 
     settings = Settings.from_options(storage, artifacts)
@@ -45,7 +47,7 @@ def delete(
     if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints?"):
         raise typer.Exit(1)
     try:
-        Storage(settings.storage_url).delete(name, settings.artifact_root)
+        Storage(settings.storage_url).delete(name, study_artifacts(settings, name, artifacts))
     except KeyError:
         no_such_study(settings, name, 1)
     except StudyStateError as error:

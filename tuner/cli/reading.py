@@ -20,9 +20,10 @@ from lm_tuner.tuner.cli.common import (
     refuse,
     score_name,
     settings_for_reading,
+    study_artifacts,
 )
 from lm_tuner.tuner.cli.status_report import print_study
-from lm_tuner.tuner.settings import ArtifactRoot, artifact_root
+from lm_tuner.tuner.settings import ArtifactRoot
 from lm_tuner.tuner.store import Storage, TrialView
 
 if TYPE_CHECKING:
@@ -85,8 +86,7 @@ def best(
         no_such_study(settings, name, 1)
     spec = Storage(settings.storage_url).study(name).spec
     label, unit = validation_label(spec), unit_of(spec)
-    root = artifact_root(artifacts) if artifacts else \
-        Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
+    root = study_artifacts(settings, name, artifacts)
     copies = {family: _download(root / trial.checkpoint.path, trial, download)
               for family, trial in found.items() if download and trial and trial.checkpoint}
     if json_output:
