@@ -198,4 +198,4 @@ def export(
         sys.stdout.write(text)
     else:
         output.write_text(text)
-        console.print(f"wrote {len(table)} trials to {output}")
+        console.print(f"wrote {len(table)} trials to {output}", markup=False)
