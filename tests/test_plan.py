@@ -135,6 +135,10 @@ def test_cli_plans_without_creating_anything(tmp_path):
     assert [family["family"] for family in planned["families"]] == ["lstm", "mogrifier"]
     assert all(family["estimate"]["step_seconds"] > 0 for family in planned["families"])
     assert planned["estimate"]["threads"] == 1 and planned["estimate"]["study_seconds"] > 0
+    steps = {family["family"]: family["estimate"]["step_seconds"] for family in planned["families"]}
+    for family, step in steps.items():  # each family's probe said when done, on stderr (stdout is the JSON)
+        assert f"  {family}: probed in " in probed.stderr and f"(a training step {step * 1000:,.1f} ms)" in \
+            probed.stderr
     table = tuner("plan", "--space", "small/mogrifier_ptb", "--no-probe", cwd=tmp_path)
     assert table.returncode == 0 and "hidden size min / median / max" in table.stdout
     assert "time per trial" not in table.stdout

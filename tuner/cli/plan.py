@@ -9,6 +9,7 @@ from rich.table import Table
 from lm_tuner.tuner.cli.common import JsonOutput, console, errors, refuse, refuse_spec
 
 if TYPE_CHECKING:
+    from lm_tuner.tuner.spec.estimate import ProbeTiming
     from lm_tuner.tuner.spec.plan import FamilyPlan, StudyPlan
 
 
@@ -48,13 +49,18 @@ def plan(
         errors.print(f"probing each family's median shape on this machine for about {seconds:g} s, longer where "
                      f"one training step and one evaluation take longer (--no-probe skips it)", style="dim")
     try:
-        planned = study_plan(spec, probe=probe, seconds=seconds)
+        planned = study_plan(spec, probe=probe, seconds=seconds, probed=_say_probed)
     except DatasetUnavailable as error:
         refuse(error)
     if json_output:
         print(planned.model_dump_json(indent=2))
         return
     print_plan(planned)
+
+
+def _say_probed(family: str, timing: "ProbeTiming", seconds: float) -> None:
+    errors.print(f"  {family}: probed in {seconds:.1f} s (a training step {timing.step_seconds * 1000:,.1f} ms)",
+                 style="dim", markup=False)
 
 
 def print_plan(planned: "StudyPlan") -> None:

@@ -54,13 +54,15 @@ class DatasetUnavailable(ValueError):
         super().__init__(f"dataset: {problem}")
 
 
-def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS) -> StudyPlan:
+def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
+               probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
     """What `tuner plan` and `POST /studies/plan` answer: the shapes and warnings, with the probe's time estimates
-    when `probe`. Raises DatasetUnavailable where the vocabulary (or, to probe, the corpus's size) needs the data."""
+    when `probe` (`probed` is told each family's timing and the seconds its probe took, as it is done). Raises
+    DatasetUnavailable where the vocabulary (or, to probe, the corpus's size) needs the data."""
     if not probe:
         return plan_study(spec, vocabulary_size(spec))
     size = corpus_size(spec)
-    return probe_study(spec, plan_study(spec, size.vocab_size), size, seconds)
+    return probe_study(spec, plan_study(spec, size.vocab_size), size, seconds, probed)
 
 
 def vocabulary_size(spec: StudySpec) -> int:
@@ -88,17 +90,22 @@ def this_machine() -> Machine:
     return Machine(cpus=cpus, gpus=torch.cuda.device_count())
 
 
-def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: float = PROBE_SECONDS) -> StudyPlan:
+def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: float = PROBE_SECONDS,
+                probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
     """The plan with time estimates from probing every family that has a median shape, `seconds` split among
     them; the study's threads per trial and, where it asks for one and there is one, a GPU."""
     machine = this_machine()
     device = torch.device("cuda" if spec.resources.gpus_per_trial > 0 and machine.gpus > 0 else "cpu")
     threads = max(1, int(spec.resources.cpus_per_trial))  # as trials set them (tuner/run/trial.py)
-    probed = [family for family in plan.families if family.median_point is not None]
+    shaped = [family for family in plan.families if family.median_point is not None]
     started = time.perf_counter()
+    timings = {}
     with _torch_settings(threads, spec.resources.float32_matmul_precision):
-        timings = {family.family: probe_family(spec, family, size, seconds / max(1, len(probed)), device)
-                   for family in probed}
+        for family in shaped:
+            family_started = time.perf_counter()
+            timings[family.family] = probe_family(spec, family, size, seconds / max(1, len(shaped)), device)
+            if probed is not None:
+                probed(family.family, timings[family.family], time.perf_counter() - family_started)
     return with_estimates(plan, spec, timings, size, machine=machine, device=str(device), threads=threads,
                           probe_seconds=time.perf_counter() - started)
 
