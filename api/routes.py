@@ -119,9 +119,11 @@ def resume(name: StudyName, config: SettingsDep) -> StatusOut:
 
 
 @router.delete("/studies/{name}", status_code=status.HTTP_204_NO_CONTENT, tags=["studies"], dependencies=[Writer],
-               responses={**NotFound, **Unauthorized, 409: {"description": "the study is still running"}})
+               responses={**NotFound, **Unauthorized, 409: {"description": "the study is still running"},
+                          500: {"description": "its checkpoint files could not be removed: the study is kept"}})
 def remove(name: StudyName, config: SettingsDep) -> Response:
-    """Delete a study that is not running: its trials, learning curves and checkpoint files."""
+    """Delete a study that is not running: its trials, learning curves and checkpoint files (the files first: where
+    they cannot be removed, the study is kept, to be deleted again)."""
     try:
         storage = Storage(config.storage_url)
         storage.delete(name, storage.artifact_root(name) or config.artifact_root)  # where the study wrote them
@@ -129,6 +131,10 @@ def remove(name: StudyName, config: SettingsDep) -> Response:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}") from error
     except StudyStateError as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
+    except OSError as error:
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR,
+                            f"the study's checkpoint files could not be removed ({error}); the study is kept: delete "
+                            f"it again once the artifact store allows it") from error
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

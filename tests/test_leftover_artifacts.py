@@ -92,6 +92,11 @@ def test_a_delete_that_cannot_remove_the_files_keeps_the_study(sqlite_url, tmp_p
     with pytest.raises(PermissionError):
         delete_study(sqlite_url, "tiny", artifacts)
     assert status_of(sqlite_url, "tiny") == ("complete", None)
+    with serve_app(Settings(sqlite_url, artifacts)) as base:
+        answer = httpx.delete(f"{base}/studies/tiny", timeout=60)
+    assert answer.status_code == 500 and "Permission denied" in answer.json()["detail"]
+    assert answer.json()["detail"].endswith("the study is kept: delete it again once the artifact store allows it")
+    assert status_of(sqlite_url, "tiny") == ("complete", None)
     monkeypatch.setattr(artifact_store, "remove_tree", remove_tree)
     delete_study(sqlite_url, "tiny", artifacts)
     assert status_of(sqlite_url, "tiny") is None and not artifact_store.holds_files(artifacts)
