@@ -63,6 +63,11 @@ def test_rays_token_auth_notice_comes_from_the_logger_and_text_ray_quiet_filters
     logger.addHandler(seen)
     for variable in ray_quiet.QUIET_ENVIRONMENT:  # quiet_ray sets them; restored after the test
         monkeypatch.delenv(variable, raising=False)
+    # from the logger as Ray leaves it: earlier tests in this process may have run quiet_ray or set logging up anew
+    saved = list(logger.filters), logger.disabled, logger.level, logging.root.manager.disable
+    logger.filters, logger.disabled = [], False
+    logger.setLevel(logging.NOTSET)  # setLevel and disable also clear the loggers' cached levels
+    logging.disable(logging.NOTSET)
     try:
         authentication_token_setup._warn_token_auth_enabled()
         assert [r.getMessage() for r in seen.records if r.getMessage().startswith(ray_quiet.AUTH_NOTICE)], (
@@ -74,6 +79,9 @@ def test_rays_token_auth_notice_comes_from_the_logger_and_text_ray_quiet_filters
     finally:
         logger.removeHandler(seen)
         logger.removeFilter(ray_quiet._DROP_AUTH_NOTICE)
+        logger.filters, logger.disabled = saved[0], saved[1]
+        logger.setLevel(saved[2])
+        logging.disable(saved[3])
 
 
 class _Records(logging.Handler):
