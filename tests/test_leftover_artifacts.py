@@ -21,6 +21,7 @@ from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.lifecycle import delete_study
 from lm_tuner.tuner.store.schema import StudyRecord
 from tests.conftest import TINY_SPEC, serve_app
+from tests.test_cli import tuner
 from tests.test_progress import add_study, add_trial
 
 LEFTOVER = "holds checkpoints of an earlier study named 'tiny', of which this database has no trial"
@@ -47,10 +48,11 @@ def test_a_launch_refuses_checkpoints_of_an_earlier_study_of_its_name(sqlite_url
     leave_checkpoint(artifacts)
     space = tmp_path / "tiny.yaml"
     space.write_text(tiny_spec())
-    launch = ["launch", "--space", str(space), "--storage", sqlite_url, "--artifacts", str(artifacts)]
-    refused = CliRunner().invoke(app, launch, env={"COLUMNS": "300"})
-    assert refused.exit_code == 2, refused.output
-    assert LEFTOVER in refused.output and str(artifacts / "tiny") in refused.output
+    # a process of its own, as a user runs it: a launch in this one would shut down the tests' Ray on its way out
+    refused = tuner("launch", "--space", str(space), "--storage", sqlite_url, "--artifacts", str(artifacts),
+                    cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert LEFTOVER in " ".join(refused.stderr.split()) and str(artifacts / "tiny") in refused.stderr
     assert status_of(sqlite_url, "tiny") is None  # nothing stored
 
 
