@@ -122,6 +122,9 @@ def test_a_delete_removes_the_files_where_the_study_wrote_them(sqlite_url, tmp_p
     with sessions(sqlite_url).begin() as session:  # as the controller records it (`launch --artifacts ...`)
         session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny")).artifact_root = str(elsewhere)
     monkeypatch.setenv("LM_TUNER_HOME", str(tmp_path / "home"))  # the default store is another
+    kept = CliRunner().invoke(app, ["delete", "tiny", "--storage", sqlite_url], input="n\n")
+    assert kept.exit_code == 1 and f"Delete study 'tiny' and its checkpoints in {elsewhere / 'tiny'}?" in kept.output
+    assert status_of(sqlite_url, "tiny") == ("complete", None) and artifact_store.holds_files(elsewhere)
     deleted = CliRunner().invoke(app, ["delete", "tiny", "--yes", "--storage", sqlite_url])
     assert deleted.exit_code == 0, deleted.output
     assert status_of(sqlite_url, "tiny") is None and not artifact_store.holds_files(elsewhere)

@@ -44,10 +44,11 @@ def delete(
 
     settings = Settings.from_options(storage, artifacts)
     settings_for_reading(storage)
-    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints?"):
+    root = study_artifacts(settings, name, artifacts)
+    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints in {root / name}?"):
         raise typer.Exit(1)
     try:
-        Storage(settings.storage_url).delete(name, study_artifacts(settings, name, artifacts))
+        Storage(settings.storage_url).delete(name, root)
     except KeyError:
         no_such_study(settings, name, 1)
     except StudyStateError as error:
