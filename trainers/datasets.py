@@ -130,7 +130,7 @@ def _local_kind(data: dict) -> str:
     if data["format"] not in LOCAL_FORMATS:
         raise _errors("dataset", [(("format",), f"unknown format {data['format']!r}; allowed: "
                                                 f"{', '.join(LOCAL_FORMATS)}", data["format"])])
-    return TEXT_FORMAT if data.get("format") == TEXT_FORMAT else "path"
+    return TEXT_FORMAT if data["format"] == TEXT_FORMAT else "path"
 
 
 def _errors(title: str, problems: list[tuple[tuple[str, ...], str, Any]]) -> ValidationError:

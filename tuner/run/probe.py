@@ -203,7 +203,8 @@ def _pass_cost(run: TrainingRun, *, searched: bool, seconds: float) -> PassCost:
         started = time.perf_counter()
         one = min(one, _duration(lambda: score(run.model, whole[:bptt + 1], bptt)))
         every = min(every, _duration(lambda: score(run.model, whole, bptt)))
-        if 2 * time.perf_counter() - started > until:  # the next try would end past `until`
+        now = time.perf_counter()
+        if now + (now - started) > until:  # another try, as long as this one, would end past `until`
             break
     windows = math.ceil((whole.shape[0] - 1) / bptt)
     per_window = max(0.0, (every - one) / (windows - 1)) if windows > 1 else every
