@@ -26,9 +26,9 @@ from lm_tuner.models.recurrence import RecurrentLayer
 from lm_tuner.models.tape import Tape
 
 WINDOW, BATCH, SIZE, ROUNDS, RANK = 35, 32, 512, 5, 40
-VARIANTS = [dict(CHUNK=chunk, num_warps=warps, num_stages=stages)  # LAUNCH, the default, among them
-            for chunk, warps, stages in ((128, 4, 1), (128, 8, 1), (256, 4, 1), (256, 8, 1), (256, 16, 1),
-                                         (512, 8, 1), (512, 16, 1))]
+VARIANTS = [dict(TILE=tile, num_warps=warps, num_stages=stages)  # LAUNCH, the default, among them
+            for tile, warps, stages in ((8192, 4, 1), (8192, 8, 1), (8192, 8, 3), (16384, 8, 1), (16384, 8, 2),
+                                        (16384, 16, 1), (32768, 16, 1), (32768, 32, 1))]
 
 
 def microseconds_per_step(launch_window: Callable[[], None], replays: int) -> float:

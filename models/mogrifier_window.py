@@ -19,13 +19,20 @@ from torch import Tensor
 from lm_tuner.models import cpu_kernels
 from lm_tuner.models.mogrifier import Mogrifier
 from lm_tuner.models.tape import Cache, Linear, Tape
-from lm_tuner.models.triton_support import matmul_precision, on_device_of, triton_serves
+from lm_tuner.models.triton_support import on_device_of, triton_serves
 
-ROWS_PER_PROGRAM = 16  # the smallest tile a Triton matrix multiply takes; a batch of 32 runs on two SMs
-LAUNCH = dict(CHUNK=128, num_warps=4, num_stages=1)  # the fastest timed on an H100 (benchmarks/mogrifier_kernels.py)
+LAUNCH = dict(TILE=32768, num_warps=16, num_stages=1)
+"""Triton launch settings of the fused kernels: TILE elements in a (column chunk, rank) tile of a factor, the chunk
+as wide as that leaves, up to the widest of x and h (at E = H = 512, rank 40: all columns in one chunk); the fastest
+of eight timed on an H100 (benchmarks/mogrifier_kernels.py)."""
 MAX_FUSED_RANK = 128
-"""Above this the Triton kernels' tiles need over 100 KB of shared memory (156 KB at rank 256 on sm_90),
-more than many GPUs have; such mogrifiers take the reference math on a GPU."""
+"""Above this a chunk of TILE elements would be narrower than 256 columns, and the kernels have been timed at rank 40
+only; such mogrifiers take the reference math on a GPU."""
+
+
+def _power_of_two_above(size: int) -> int:
+    """The smallest power of two >= size, at least 16: Triton's tiles have power-of-two sides."""
+    return max(16, 1 << (size - 1).bit_length())
 
 
 class MogrifierWindow(Protocol):
@@ -142,28 +149,27 @@ class FusedWindow(WindowLayout):
         self.kernels = mogrifier_kernels
         self.launch = LAUNCH if launch is None else launch
         self.state_mask = state_mask
-        with torch.no_grad():
+        with torch.no_grad():  # every factor as (columns, rank): see models/mogrifier_kernels.py
             self.left_t = torch.cat([m.weight.t().reshape(-1) for m in self.lefts])
-            self.right_t = torch.cat([m.weight.t().reshape(-1) for m in self.rights])
+            self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
             self.bias = torch.cat([m.bias for m in self.rights])
-            if tape.record:
-                self.left = torch.cat([m.weight.reshape(-1) for m in self.lefts])
-                self.right = torch.cat([m.weight.reshape(-1) for m in self.rights])
 
     def _launch_shape(self) -> dict:
-        return dict(E=self.input_size, H=self.hidden_size, K=self.rank, ROUNDS=self.rounds,
-                    BLOCK_B=ROWS_PER_PROGRAM, BLOCK_K=max(16, 1 << (self.rank - 1).bit_length()),
-                    PRECISION=matmul_precision(), **self.launch)
+        block_k = _power_of_two_above(self.rank)
+        launch = dict(self.launch)
+        widest = _power_of_two_above(max(self.input_size, self.hidden_size))
+        return dict(E=self.input_size, H=self.hidden_size, K=self.rank, ROUNDS=self.rounds, BLOCK_K=block_k,
+                    CHUNK=min(widest, max(16, launch.pop("TILE") // block_k)), **launch)
 
     def _grid(self) -> tuple[int]:
-        return (-(-self.batch // ROWS_PER_PROGRAM),)
+        return (self.batch,)  # a program per row
 
     def forward(self, step: int, h: Tensor) -> tuple[Tensor, Tensor]:
         h, mask = h.contiguous(), self.state_mask
         with on_device_of(h):
             self.kernels.mogrify_forward[self._grid()](
                 self.values[0], self.gates[0], self.z, h, h if mask is None else mask.contiguous(),  # h: unread
-                self.left_t, self.right_t, self.bias, step, self.batch, self.window,
+                self.left_t, self.right, self.bias, step, self.batch, self.window,
                 HAS_MASK=mask is not None, **self._launch_shape())
         return self.mogrified(step)
 
@@ -171,7 +177,7 @@ class FusedWindow(WindowLayout):
         dx, dh = dx.contiguous(), dh.contiguous()
         with on_device_of(dx):
             self.kernels.mogrify_backward[self._grid()](
-                dx, dh, self.values[0], self.gates[0], self.d_pre[0], self.d_z, self.left, self.right, step,
+                dx, dh, self.values[0], self.gates[0], self.d_pre[0], self.d_z, self.left_t, self.right, step,
                 self.batch, self.window, **self._launch_shape())
         return dx, dh
 

@@ -22,11 +22,6 @@ def triton_serves(*tensors: Tensor) -> bool:
     return TRITON_AVAILABLE and all(t.dtype == torch.float32 and (t.is_cuda or TRITON_INTERPRETS) for t in tensors)
 
 
-def matmul_precision() -> str:
-    """tl.dot's input precision that matches torch.set_float32_matmul_precision: TF32 unless 'highest'."""
-    return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
-
-
 def on_device_of(tensor: Tensor) -> contextlib.AbstractContextManager:
     """Makes `tensor`'s GPU the current one: Triton launches on the current device, whatever the tensors'."""
     return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()

@@ -3,7 +3,9 @@
 On a GPU the kernels run compiled. Without one, Triton's interpreter runs them on CPU tensors; it is
 chosen by TRITON_INTERPRET when the kernels are defined, so those checks run in a subprocess.
 Shapes cover unequal x and h widths, a rank below the 16 that a tile holds, odd and even round
-counts, batches that are not a multiple of the 16-row tile, and the state-dropout mask.
+counts, odd batches, the state-dropout mask, and chunks narrower than a program's threads (24 columns
+for 512 threads), where copies of a column's gradient race in the backward kernel unless it waits
+between reading and writing them: a race only the compiled run can show.
 """
 
 import json
@@ -110,8 +112,9 @@ def test_compiled_kernels_match_the_reference_path(shape):
 @cuda
 @needs_triton
 def test_tf32_kernels_stay_close_to_the_reference_path():
-    """With TF32 allowed, both paths round products to 10-bit mantissas: close, not equal (the worst of the window's
-    values and gradients was 1.1e-2 on an H200 with torch 2.11)."""
+    """With TF32 allowed, both paths round cuBLAS products to 10-bit mantissas (the reference its mogrifier's too):
+    close, not equal (the worst of the window's values and gradients was 1.1e-2 on an H200 with torch 2.11 and the
+    earlier, TF32, mogrifier kernels)."""
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     try:
