@@ -43,12 +43,14 @@ def trial(trial_id: TrialId, config: SettingsDep) -> TrialDetailOut:
             responses={200: {"content": {"application/octet-stream": {}}}, **NotFound, **Unauthorized,
                        403: {"description": "the stored path leaves the artifact store"}})
 def checkpoint(trial_id: TrialId, config: SettingsDep) -> Response:
-    """The trial's best checkpoint, streamed from the artifact store, a folder or object storage (load it with
-    `lm_tuner.trainers.load_checkpoint`)."""
-    found = Storage(config.storage_url).trial(trial_id)
+    """The trial's best checkpoint, streamed from the artifact store its study ran with (else the service's), a
+    folder or object storage (load it with `lm_tuner.trainers.load_checkpoint`)."""
+    storage = Storage(config.storage_url)
+    found = storage.trial(trial_id)
     if found is None or found.checkpoint is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial {trial_id} has no checkpoint")
-    location = _inside_artifacts(config.artifact_root, found.checkpoint.path)
+    root = storage.artifact_root(found.study) or config.artifact_root
+    location = _inside_artifacts(root, found.checkpoint.path)
     filename = f"{found.study}-{found.family}-{found.number}.pt"
     headers = {"X-Checkpoint-SHA256": found.checkpoint.sha256}
     if isinstance(location, Path):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from lm_tuner.tuner.run.queue import run_worker
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.store.engine import sessions
-from lm_tuner.tuner.store.schema import CheckpointRecord, TrialCountRecord, TrialRecord
+from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialCountRecord, TrialRecord
 from tests.conftest import TINY_SPEC, fresh_postgres_database, serve_app
 
 pytestmark = pytest.mark.slow
@@ -147,6 +148,30 @@ def test_checkpoint_download_matches_its_checksum_and_loads(service, tmp_path):
     downloaded = tmp_path / "best.pt"
     downloaded.write_bytes(response.content)
     assert load_checkpoint(downloaded).metadata["val_loss"] == trial["value"]
+
+
+def test_checkpoint_download_reads_the_store_the_study_ran_with(service, tmp_path):
+    """A study launched with `--artifacts /big/disk` records that store; the service, configured with another,
+    serves its checkpoints from where they are."""
+    client, settings = service
+    trial = client.get("/studies/served/trials").json()["items"][0]
+    default_folder, elsewhere = Path(settings.artifact_root) / "served", tmp_path / "big-disk"
+    shutil.move(default_folder, elsewhere / "served")
+
+    def record_root(root: str | None) -> str | None:
+        with sessions(settings.storage_url).begin() as session:
+            record = session.query(StudyRecord).filter_by(name="served").one()
+            previous, record.artifact_root = record.artifact_root, root
+        return previous
+
+    recorded = record_root(str(elsewhere))
+    try:
+        response = client.get(trial["checkpoint"]["url"])
+        assert response.status_code == 200, response.text
+        assert hashlib.sha256(response.content).hexdigest() == trial["checkpoint"]["sha256"]
+    finally:
+        record_root(recorded)
+        shutil.move(elsewhere / "served", default_folder)
 
 
 def test_checkpoint_paths_cannot_leave_the_artifact_store(service):
