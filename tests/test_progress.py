@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import select
 
@@ -43,7 +43,7 @@ def add_study(url: str, name: str, status: str = "running", **fields: object) ->
 
 
 def add_trial(url: str, study: str, stage: str, state: str, *, seconds: float = 10.0, interrupted: bool = False,
-              family: str = "lstm", params: dict[str, float] | None = None) -> int:
+              family: str = "lstm", params: dict[str, float | str] | None = None) -> int:
     """A trial as the controller leaves it: Optuna's row, started `seconds` ago (and ended now unless it is
     running), and the project's row beside it."""
     params = params or {}
@@ -54,7 +54,8 @@ def add_trial(url: str, study: str, stage: str, state: str, *, seconds: float = 
     optuna_study.add_trial(FrozenTrial(
         number=0, state=TrialState[state], value=value, datetime_start=start,
         datetime_complete=None if state == "RUNNING" else start + timedelta(seconds=seconds), params=params,
-        distributions={name: FloatDistribution(0.0, 1.0) for name in params}, user_attrs={}, system_attrs={},
+        distributions={name: CategoricalDistribution([value]) if isinstance(value, str) else FloatDistribution(0.0, 1.0)
+                       for name, value in params.items()}, user_attrs={}, system_attrs={},
         intermediate_values={}, trial_id=0))
     trial = optuna_study.get_trials(deepcopy=False)[-1]
     with sessions(url).begin() as session:

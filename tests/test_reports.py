@@ -119,6 +119,14 @@ def test_a_narrow_status_table_never_splits_a_hyperparameter(sqlite_url):
     assert {"learning_rate=0.006418", "input_dropout=0.02589", "output_dropout=0.1266"} <= set(cells), text
 
 
+def test_status_shows_a_value_with_brackets_as_written(sqlite_url):
+    """A category such as `[bold]adam` is a value, not console markup."""
+    add_study(sqlite_url, "marked", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
+    add_trial(sqlite_url, "marked", "tune", "COMPLETE", family="lstm", params={"optimizer": "[bold]adam"})
+    text = CliRunner().invoke(app, ["status", "marked", "--storage", sqlite_url], env={"COLUMNS": "200"}).output
+    assert "optimizer=[bold]adam" in text, text
+
+
 def test_the_unigram_baseline_is_the_corpus_s(storage_url):
     corpus_stats = pytest.importorskip("lm_tuner.trainers.corpus_stats")
     from lm_tuner.trainers import dataset_from_dict, load_corpus

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from lm_tuner.tuner.cli.common import StorageOption, console, refuse
+from lm_tuner.tuner.cli.common import PlainTable, StorageOption, console, refuse
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store import Storage
 
@@ -52,7 +51,7 @@ def token_revoke(name: Annotated[str, typer.Argument(help="the token's name")], 
 @token_app.command("list")
 def token_list(storage: StorageOption = None) -> None:
     """Tokens by name, with when they were created and revoked."""
-    table = Table("name", "created", "revoked")
+    table = PlainTable("name", "created", "revoked")
     for token in _database(storage).list_tokens():
         table.add_row(token.name, str(token.created_at), str(token.revoked_at or "-"))
     console.print(table)

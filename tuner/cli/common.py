@@ -6,11 +6,12 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
 from lm_tuner.tuner.settings import (
@@ -166,6 +167,14 @@ def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
 
 def no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
     fail(f"no study named {name!r} in {settings.storage_url}", exit_code)
+
+
+class PlainTable(Table):
+    """A table whose cells are shown as written: a category, a path or a description with brackets in it is not
+    read as console markup (titles and headers still are)."""
+
+    def add_row(self, *cells: RenderableType | None, **options: Any) -> None:
+        super().add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), **options)
 
 
 def unclipped(table: Table) -> Table:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import math
 
-from rich.table import Table
-
 from lm_tuner.tuner.analysis.comparison import Comparison, Estimate, FamilyResult
 from lm_tuner.tuner.analysis.study_facts import Baseline
-from lm_tuner.tuner.cli.common import console, unclipped
+from lm_tuner.tuner.cli.common import PlainTable, console, unclipped
 
 TRAINING_MARK = "†"  # a validation score from training (the tuning score), not from the test protocol
 
@@ -45,7 +43,7 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
     if any(row.reversed_loss is not None for row in found.families):  # a reverse-copy task: memory, measured
         columns["reversed half: loss"] = lambda row: _mean(row.reversed_loss, "{:.3f}")
         columns["accuracy"] = lambda row: _mean(row.reversed_accuracy, "{:.1%}")
-    table = Table("family", *columns, title=f"{found.study}: {found.unit}, {over}{provisional}")
+    table = PlainTable("family", *columns, title=f"{found.study}: {found.unit}, {over}{provisional}")
     for row in found.families:
         table.add_row(row.family, *(show(row) for show in columns.values()))
     console.print(unclipped(table))

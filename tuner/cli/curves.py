@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from lm_tuner.tuner.cli.common import (
+    PlainTable,
     StorageOption,
     console,
     no_such_study,
@@ -54,8 +54,8 @@ def curves(
     digits = 3 if found.unit.name == "bpc" else 2
     band = f"{confidence * 100:g}% band"
     for curve in found.families:
-        table = Table("n", f"expected best ({found.unit.name})", f"median best ({found.unit.name})", band,
-                      title=f"{curve.family}: {curve.trials} complete tuning trials")
+        table = PlainTable("n", f"expected best ({found.unit.name})", f"median best ({found.unit.name})", band,
+                           title=f"{curve.family}: {curve.trials} complete tuning trials")
         for point, expected in zip(curve.points, curve.expected_best_scores, strict=True):
             low, high = found.unit.of(point.lower), found.unit.of(point.upper)
             upper = f"{high:.{digits}f}" if math.isfinite(high) else "∞"

@@ -11,10 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rich.table import Table
-
 from lm_tuner.tuner.analysis.family_tallies import Tallies, rerun_counts, tally
-from lm_tuner.tuner.cli.common import duration_text, score_name
+from lm_tuner.tuner.cli.common import PlainTable, duration_text, score_name
 from lm_tuner.tuner.spec.units import unit_of
 from lm_tuner.tuner.store import StudyProgress
 
@@ -64,13 +62,13 @@ class Board:
         with self._lock:
             self._tallies, self._progress = tallies, (progress, self._clock())
 
-    def render(self) -> Table:
+    def render(self) -> PlainTable:
         with self._lock:
             now, running, tallies = self._clock(), list(self._running.values()), self._tallies
             heading = self._heading(now)
         unit_name = score_name(self._unit)
-        table = Table("family", "running", "finished", f"best {unit_name}", "running trials: turn, loss",
-                      title=heading, title_justify="left")
+        table = PlainTable("family", "running", "finished", f"best {unit_name}", "running trials: turn, loss",
+                           title=heading, title_justify="left")
         for family in self._spec["families"]:
             mine = [trial for trial in running if trial.family == family]
             table.add_row(family, str(len(mine)), self._finished(tallies, family), self._best(tallies, family),

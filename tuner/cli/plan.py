@@ -4,9 +4,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from lm_tuner.tuner.cli.common import JsonOutput, console, errors, refuse, refuse_spec
+from lm_tuner.tuner.cli.common import JsonOutput, PlainTable, console, errors, refuse, refuse_spec
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec.estimate import ProbeTiming
@@ -79,8 +78,8 @@ def print_plan(planned: "StudyPlan") -> None:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
-def _family_table(family: "FamilyPlan") -> Table:
-    table = Table("", "value", title=f"family {family.family}", title_justify="left", show_header=False)
+def _family_table(family: "FamilyPlan") -> PlainTable:
+    table = PlainTable("", "value", title=f"family {family.family}", title_justify="left", show_header=False)
     table.add_row("trials", f"{family.trials} (+{family.runs - family.trials} reruns)")
     table.add_row("sampled configurations", f"{family.sampled_points} ({family.infeasible_points} over the budget)")
     if family.hidden_size is not None:

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.cli.common import (
     Artifacts,
     JsonOutput,
+    PlainTable,
     StorageOption,
     console,
     fail,
@@ -56,7 +56,7 @@ def list_command(storage: StorageOption = None, json_output: JsonOutput = False)
     if json_output:
         print(json.dumps([StudyOut.of(s).model_dump(mode="json") for s in studies], indent=2))
         return
-    table = Table("study", "status", "families", "budget", "finished", "best val ppl")
+    table = PlainTable("study", "status", "families", "budget", "finished", "best val ppl")
     for study in studies:
         best = f"{study.best.perplexity:.3f} ({study.best.family})" if study.best else "-"
         table.add_row(study.name, study.status, ", ".join(study.families), f"{study.parameter_budget:,}",

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from lm_tuner.tuner.cli.common import (
     Address,
     Artifacts,
+    PlainTable,
     StorageOption,
     console,
     exit_stopped,
@@ -155,7 +155,8 @@ def sensitivity(
     except KeyboardInterrupt:
         exit_stopped("the same command continues the runs")
     effect = measured_effect(runs_of(settings.storage_url, name, parameter))
-    table = Table(parameter, "mean", "std", "runs", title=f"{name} ({plan.family}): measured effect of {parameter}")
+    table = PlainTable(parameter, "mean", "std", "runs",
+                       title=f"{name} ({plan.family}): measured effect of {parameter}")
     for row in effect[effect["family"] == plan.family].itertuples():
         table.add_row(f"{row.value:.4g}", f"{row.mean:.3f}", f"{row.std:.3f}", str(row.count))
     console.print(table)

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from lm_tuner.tuner.cli.common import console, fail
+from lm_tuner.tuner.cli.common import PlainTable, console, fail
 from lm_tuner.tuner.spec.shipped import ShippedSpace, UnknownSpace, shipped_space, shipped_spaces
 
 spaces_app = typer.Typer()
@@ -37,7 +36,7 @@ def list_spaces(
     if json_output:
         print(json.dumps([{"name": space.name, "description": space.description} for space in spaces], indent=2))
         return
-    table = Table("space", "description", caption="tuner launch --space NAME runs one; tuner spaces copy NAME "
+    table = PlainTable("space", "description", caption="tuner launch --space NAME runs one; tuner spaces copy NAME "
                                                    "writes an editable copy")
     table.columns[0].no_wrap = True
     for space in spaces:

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from rich.table import Table
-
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, family_tallies, rerun_counts, tally
 from lm_tuner.tuner.analysis.study_facts import Baseline, is_provisional, study_baseline, validation_label
-from lm_tuner.tuner.cli.common import console, duration_text, score_name, unclipped
+from lm_tuner.tuner.cli.common import PlainTable, console, duration_text, score_name, unclipped
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store import BaselineOut, Storage, StudyDetailOut, StudyView, TrialOut, TrialView
@@ -78,7 +76,7 @@ def _print_families(study: StudyView, tallies, best: dict[str, TrialView | None]
     columns = ["family", "complete", "pruned", "failed", "running", f"best {score_name(unit)} ({label})",
                *([f"its {score_name(unit)} (full)"] if subset else []), "best trial",
                *(["reruns finished"] if reruns else [])]
-    table = Table(*columns, title="tuning trials per family" + provisional)
+    table = PlainTable(*columns, title="tuning trials per family" + provisional)
     for family in study.families:
         counts, top = tally(tallies, family, "tune"), best.get(family)
         row = [family, *(str(n) for n in (counts.complete, counts.pruned, counts.failed, counts.running)),
@@ -108,10 +106,10 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
     label = validation_label(study.spec)
     subset = label != "full"
     memory = any(trial.reversed_accuracy is not None for trial in page.items)  # a reverse-copy task
-    table = Table("rank", "trial", *(["state"] if every_trial else []), f"{score_name(unit)} ({label})",
-                  *([f"{score_name(unit)} (full)"] if subset else []),
-                  *(["reversed half: loss", "accuracy"] if memory else []), "parameters", "hidden", "hyperparameters",
-                  title=f"{family}: {shown}", title_justify="left")
+    table = PlainTable("rank", "trial", *(["state"] if every_trial else []), f"{score_name(unit)} ({label})",
+                       *([f"{score_name(unit)} (full)"] if subset else []),
+                       *(["reversed half: loss", "accuracy"] if memory else []), "parameters", "hidden",
+                       "hyperparameters", title=f"{family}: {shown}", title_justify="left")
     for rank, trial in enumerate(page.items, 1):
         params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
         value = "-" if trial.value is None else f"{unit.of(trial.value):.3f}"
