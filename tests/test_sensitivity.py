@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 
@@ -11,10 +12,8 @@ import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from typer.testing import CliRunner
 
 from lm_tuner.tuner.analysis.sensitivity import sensitivity_runs
-from lm_tuner.tuner.cli.app import app
 from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.run.queue import run_worker
 from lm_tuner.tuner.run.sensitivity import SensitivityError, moved_values
@@ -45,6 +44,16 @@ def test_cli_help_explains_the_action():
         assert phrase in result.stdout
 
 
+SESSION_ENVIRONMENT = dict(os.environ)  # before the session's Ray fixture adds variables the CLI's Ray must not see
+
+
+def sensitivity_command(*arguments: str) -> subprocess.CompletedProcess:
+    """`tuner sensitivity` in a process of its own, as a user runs it: in this one, its exit would shut down the
+    tests' Ray and take over their signal handlers."""
+    return subprocess.run([sys.executable, "-m", "lm_tuner.tuner", "sensitivity", *arguments], capture_output=True,
+                          text=True, timeout=600, env={**SESSION_ENVIRONMENT, "COLUMNS": "200"})
+
+
 @pytest.fixture(scope="module")
 def tuned(ray_cluster, tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("sensitivity")
@@ -59,11 +68,11 @@ def tuned(ray_cluster, tmp_path_factory) -> Settings:
 @pytest.mark.slow
 def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tuned):
     url = tuned.storage_url
-    arguments = ["sensitivity", "moved", "--parameter", "learning_rate", "--seeds", "2", "--points", "2",
+    arguments = ["moved", "--parameter", "learning_rate", "--seeds", "2", "--points", "2",
                  "--storage", url, "--artifacts", str(tuned.artifact_root)]
-    result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    assert "4 new run(s)" in result.output
+    result = sensitivity_command(*arguments)
+    assert result.returncode == 0, result.stderr
+    assert "4 new run(s)" in result.stdout
     runs = sensitivity_runs(url, "moved", "learning_rate")
     assert len(runs) == 4 and set(runs["state"]) == {"COMPLETE"}
     with sessions(url)() as session:
@@ -75,14 +84,13 @@ def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tun
     assert {r.parent_trial_id for r in records} == {best.trial_id}
     assert sorted({r.seed for r in records}) == [rerun_seed(parse_spec(yaml.safe_dump(TINY_SPEC)), i)
                                                  for i in range(2)]
-    for line, value in zip(sorted(line for line in result.output.splitlines() if "│ 0.0" in line), expected,
+    for line, value in zip(sorted(line for line in result.stdout.splitlines() if "│ 0.0" in line), expected,
                            strict=True):
         assert f"{value:.4g}" in line and "│ 2 " in line
-    again = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
-    assert again.exit_code == 0 and "0 new run(s)" in again.output  # nothing is run twice
-    refused = CliRunner().invoke(app, [*arguments[:2], "--parameter", "num_layers", *arguments[4:]],
-                                 env={"COLUMNS": "200"})
-    assert refused.exit_code == 2 and "allowed: a hyperparameter searched for lstm (learning_rate)" in refused.output
+    again = sensitivity_command(*arguments)
+    assert again.returncode == 0 and "0 new run(s)" in again.stdout  # nothing is run twice
+    refused = sensitivity_command(arguments[0], "--parameter", "num_layers", *arguments[3:])
+    assert refused.returncode == 2 and "allowed: a hyperparameter searched for lstm (learning_rate)" in refused.stderr
 
 
 @pytest.mark.slow
