@@ -47,6 +47,8 @@ def test_help_explains_every_command(tmp_path):
         assert command in result.stdout
     launch_help = tuner("launch", "--help", cwd=tmp_path).stdout
     assert "--space" in launch_help and "--storage" in launch_help and "continues" in launch_help
+    assert "[default: $LM_TUNER_STORAGE, else" in launch_help  # shown, not taken for a console style tag
+    assert "identical spec) continues it. The warnings of tuner plan (without its probe)" in launch_help  # refolded
 
 
 def test_invalid_spec_exits_2_with_file_line_and_field(tmp_path):

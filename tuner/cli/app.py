@@ -8,7 +8,7 @@ import typer
 
 from lm_tuner.tuner.cli import manage, reading, running
 from lm_tuner.tuner.cli.auth import auth_app, token_app
-from lm_tuner.tuner.cli.common import options, print_error
+from lm_tuner.tuner.cli.common import command_group, options, print_error
 from lm_tuner.tuner.cli.curves import curves
 from lm_tuner.tuner.cli.data import data_app
 from lm_tuner.tuner.cli.plan import plan
@@ -16,7 +16,7 @@ from lm_tuner.tuner.cli.serve import serve
 from lm_tuner.tuner.cli.spaces import spaces_app
 from lm_tuner.tuner.settings import SettingsError
 
-app = typer.Typer(
+app = command_group(
     help="Tune recurrent language models fairly: equal parameter budgets, Bayesian tuning, one database.",
     no_args_is_help=True,
     add_completion=False,

@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from lm_tuner.tuner.cli.common import PlainTable, StorageOption, console, refuse
+from lm_tuner.tuner.cli.common import PlainTable, StorageOption, command_group, console, refuse
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store import Storage
 
-token_app = typer.Typer(help="Bearer tokens for the REST API. Creating one turns authentication on.",
-                        no_args_is_help=True)
-auth_app = typer.Typer(help="Whether the REST API needs tokens: on from the first `tuner token create` until "
-                            "`tuner auth off`.", no_args_is_help=True)
+token_app = command_group(help="Bearer tokens for the REST API. Creating one turns authentication on.",
+                          no_args_is_help=True)
+auth_app = command_group(help="Whether the REST API needs tokens: on from the first `tuner token create` until "
+                         "`tuner auth off`.", no_args_is_help=True)
 
 
 def _database(storage: str | None) -> Storage:

@@ -169,6 +169,13 @@ def no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
     fail(f"no study named {name!r} in {settings.storage_url}", exit_code)
 
 
+def command_group(**options: Any) -> typer.Typer:
+    """A Typer app whose help texts are read as Markdown: a paragraph's lines are joined and refolded to the terminal,
+    and a "[default: ...]" in an option's help is shown, where Rich markup (Typer's default) would take it for a
+    style tag and drop it."""
+    return typer.Typer(rich_markup_mode="markdown", **options)
+
+
 class PlainTable(Table):
     """A table whose cells are shown as written: a category, a path or a description with brackets in it is not
     read as console markup (titles and headers still are)."""

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from lm_tuner.tuner.cli.common import JsonOutput, fail, refuse
+from lm_tuner.tuner.cli.common import JsonOutput, command_group, fail, refuse
 
 if TYPE_CHECKING:
     from lm_tuner.trainers.corpus import Corpus
     from lm_tuner.trainers.datasets import LocalConfig
 
-data_app = typer.Typer(help="Download and verify the registered datasets; check a folder of text.",
-                       no_args_is_help=True)
+data_app = command_group(help="Download and verify the registered datasets; check a folder of text.",
+                         no_args_is_help=True)
 
 
 @data_app.command()
@@ -61,7 +61,7 @@ def check(
         "--level", help="format text: word (the default) or char")] = None,
     min_count: Annotated[Optional[int], typer.Option(
         "--min-count", metavar="N", help="format text: occurrences in train.txt a token needs to stay out of "
-                                         "<unk> (default 1)")] = None,
+                                         "`<unk>` (default 1)")] = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Check a folder of text before a study trains on it: vocabulary size, tokens per split, the

@@ -7,6 +7,7 @@ import typer
 from lm_tuner.tuner.cli.common import (
     Artifacts,
     StorageOption,
+    command_group,
     console,
     fail,
     no_such_study,
@@ -56,7 +57,7 @@ def delete(
     console.print(f"deleted {name}")
 
 
-db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
+db_app = command_group(help="The database schema.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
@@ -70,7 +71,7 @@ def db_upgrade(storage: StorageOption = None) -> None:
     console.print(f"{settings.storage_url}: schema at revision {database.revision()}")
 
 
-kernels_app = typer.Typer(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)
+kernels_app = command_group(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)
 
 
 @kernels_app.command("build")

@@ -180,7 +180,7 @@ def export(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write [default: stdout]")] = None,
 ) -> None:
     """Every metric of every trial of a study, one row each: family, stage, state, value (and which validation set
-    it is on), size, hyperparameters (param.*), the final evaluations (eval.KIND.*: test protocol, MC dropout,
+    it is on), size, hyperparameters (`param.*`), the final evaluations (`eval.KIND.*`: test protocol, MC dropout,
     dynamic evaluation) and the last learning-curve values (last.*)."""
     from lm_tuner.tuner.analysis.trial_frames import export_frame
 

@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from lm_tuner.tuner.cli.common import PlainTable, console, fail
+from lm_tuner.tuner.cli.common import PlainTable, command_group, console, fail
 from lm_tuner.tuner.spec.shipped import ShippedSpace, UnknownSpace, shipped_space, shipped_spaces
 
-spaces_app = typer.Typer()
+spaces_app = command_group()
 
 SpaceName = Annotated[str, typer.Argument(
     help="a shipped space, e.g. mogrifier_ptb or small/mogrifier_ptb (.yaml optional)")]
