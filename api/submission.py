@@ -17,7 +17,7 @@ from lm_tuner.api.schemas import (
 )
 from lm_tuner.api.submission_checks import data_checks
 from lm_tuner.tuner.analysis.study_facts import unigram_baseline
-from lm_tuner.tuner.run.controller import StudyConflict, refuse_leftover_artifacts
+from lm_tuner.tuner.run.controller import StudyConflict, refuse_mismatched_artifacts
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
@@ -57,7 +57,7 @@ async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOu
     the artifact store."""
     spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source)
     try:
-        await run_in_threadpool(refuse_leftover_artifacts, config.storage_url, spec.name, config.artifact_root)
+        await run_in_threadpool(refuse_mismatched_artifacts, config.storage_url, spec.name, config.artifact_root)
         await run_in_threadpool(submit_study, config.storage_url, spec, document, unigram_perplexity=unigram)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error

@@ -1,7 +1,10 @@
-"""Checkpoints left under a study's name by an earlier study of that name (its database deleted, or the study
+"""A study's checkpoints stay in one artifact store.
+
+Checkpoints left under a study's name by an earlier study of that name (its database deleted, or the study
 deleted from another database, or a delete that stopped half-way) would be taken by the new study's trials for their
 own: a trial resumes from the `latest.pt` in its folder. Every way a study starts refuses them, and a delete removes
-the files before the rows, so that a failed removal leaves a study to delete again rather than stray files."""
+the files before the rows, so that a failed removal leaves a study to delete again rather than stray files. A study
+that has run continues in the store it wrote to: by default, and a continuation in another one is refused."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from typer.testing import CliRunner
 
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.cli.app import app
-from lm_tuner.tuner.run.controller import StudyConflict, refuse_leftover_artifacts
+from lm_tuner.tuner.cli.common import in_study_store
+from lm_tuner.tuner.run.controller import StudyConflict, refuse_mismatched_artifacts
 from lm_tuner.tuner.run.queue import run_worker, submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
@@ -44,7 +48,7 @@ def test_a_launch_refuses_checkpoints_of_an_earlier_study_of_its_name(sqlite_url
     ensure_schema(sqlite_url)
     (artifacts / "tiny" / "lstm").mkdir(parents=True)  # empty folders are no checkpoints
     leave_checkpoint(artifacts, "tiny-other")  # another study's files are not this one's
-    refuse_leftover_artifacts(sqlite_url, "tiny", artifacts)
+    refuse_mismatched_artifacts(sqlite_url, "tiny", artifacts)
     leave_checkpoint(artifacts)
     space = tmp_path / "tiny.yaml"
     space.write_text(tiny_spec())
@@ -61,9 +65,27 @@ def test_a_study_with_trials_keeps_its_checkpoints(sqlite_url, tmp_path):
     leave_checkpoint(artifacts)
     add_study(sqlite_url, "tiny")
     with pytest.raises(StudyConflict, match=LEFTOVER):
-        refuse_leftover_artifacts(sqlite_url, "tiny", artifacts)
+        refuse_mismatched_artifacts(sqlite_url, "tiny", artifacts)
     add_trial(sqlite_url, "tiny", "tune", "RUNNING")  # its own trial's checkpoint: resumed, as it should be
-    refuse_leftover_artifacts(sqlite_url, "tiny", artifacts)
+    refuse_mismatched_artifacts(sqlite_url, "tiny", artifacts)
+
+
+def test_a_study_continues_in_the_store_it_wrote_to(sqlite_url, tmp_path):
+    first, other = (tmp_path / "first").resolve(), (tmp_path / "other").resolve()
+    add_study(sqlite_url, "tiny")
+    add_trial(sqlite_url, "tiny", "tune", "COMPLETE")
+    with sessions(sqlite_url).begin() as session:
+        session.scalar(select(StudyRecord).where(StudyRecord.name == "tiny")).artifact_root = str(first)
+    settings = Settings.from_options(sqlite_url, None)
+    assert in_study_store(settings, "tiny", None).artifact_root == first  # launch, resume, sensitivity, best, delete
+    assert in_study_store(settings, "tiny", str(other)).artifact_root == other
+    assert in_study_store(settings, "new", None).artifact_root == settings.artifact_root
+    refuse_mismatched_artifacts(sqlite_url, "tiny", first)
+    refused = tuner("resume", "tiny", "--storage", sqlite_url, "--artifacts", str(other), cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert f"study 'tiny' wrote its checkpoints to {first}, not {other}; continue it with --artifacts {first}" in \
+        " ".join(refused.stderr.split())
+    assert status_of(sqlite_url, "tiny") == ("running", None)  # untouched
 
 
 def test_a_submission_over_rest_is_a_conflict_and_a_queued_study_fails(sqlite_url, tmp_path):

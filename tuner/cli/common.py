@@ -2,6 +2,7 @@
 settings and stored studies, and stopping cleanly on a signal."""
 
 import contextlib
+import dataclasses
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -48,6 +49,10 @@ Artifacts = Annotated[Optional[str], typer.Option(  # a string: a Path would tur
     "--artifacts", metavar="DIR|URL",
     help=f"where checkpoints are written: a folder, or an object-store URL such as s3://bucket/prefix "
          f"(docs/cluster.md) [default: ${ARTIFACTS_VARIABLE}, else ${HOME_VARIABLE}/artifacts]")]
+StudyArtifacts = Annotated[Optional[str], typer.Option(
+    "--artifacts", metavar="DIR|URL",
+    help=f"the study's checkpoints: a folder, or an object-store URL such as s3://bucket/prefix (docs/cluster.md) "
+         f"[default: the store the study ran with, else ${ARTIFACTS_VARIABLE}, else ${HOME_VARIABLE}/artifacts]")]
 
 
 Address = Annotated[Optional[str], typer.Option(
@@ -68,6 +73,12 @@ def study_artifacts(settings: Settings, name: str, given: str | None) -> Artifac
     if given:
         return artifact_root(given)
     return Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
+
+
+def in_study_store(settings: Settings, name: str, given: str | None) -> Settings:
+    """`settings` whose artifact store is study `name`'s (`study_artifacts`): a study continues where its checkpoints
+    are. The schema must exist."""
+    return dataclasses.replace(settings, artifact_root=study_artifacts(settings, name, given))
 
 
 @contextlib.contextmanager

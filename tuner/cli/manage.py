@@ -5,8 +5,8 @@ from typing import Annotated
 import typer
 
 from lm_tuner.tuner.cli.common import (
-    Artifacts,
     StorageOption,
+    StudyArtifacts,
     command_group,
     console,
     fail,
@@ -36,7 +36,7 @@ def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: Sto
 def delete(
     name: Annotated[str, typer.Argument(help="study name")],
     storage: StorageOption = None,
-    artifacts: Artifacts = None,
+    artifacts: StudyArtifacts = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Delete a study that is not running, with its trials, learning curves and checkpoint files (in the artifact

@@ -9,10 +9,10 @@ import typer
 
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.cli.common import (
-    Artifacts,
     JsonOutput,
     PlainTable,
     StorageOption,
+    StudyArtifacts,
     console,
     fail,
     no_such_study,
@@ -67,7 +67,7 @@ def list_command(storage: StorageOption = None, json_output: JsonOutput = False)
 def best(
     name: Annotated[str, typer.Argument(help="study name")],
     storage: StorageOption = None,
-    artifacts: Artifacts = None,
+    artifacts: StudyArtifacts = None,
     download: Annotated[Optional[Path], typer.Option(
         "--download", metavar="DIR", help="copy each family's best checkpoint into DIR, from the artifact store "
                                           "(a folder or object storage), checked against its recorded SHA-256")]

@@ -12,8 +12,10 @@ from lm_tuner.tuner.cli.common import (
     Artifacts,
     PlainTable,
     StorageOption,
+    StudyArtifacts,
     console,
     exit_stopped,
+    in_study_store,
     quiet_libraries,
     refuse,
     refuse_spec,
@@ -22,6 +24,7 @@ from lm_tuner.tuner.cli.common import (
 )
 from lm_tuner.tuner.cli.reading import print_study
 from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.store import Storage
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.cli.live_display import ProgressDisplay
@@ -34,7 +37,7 @@ def launch(
         help="the study spec (YAML or JSON): a file, else a shipped space by name (mogrifier_ptb.yaml, mogrifier_ptb, "
              "small/mogrifier_ptb; `tuner spaces` lists them)")],
     storage: StorageOption = None,
-    artifacts: Artifacts = None,
+    artifacts: StudyArtifacts = None,
     address: Address = None,
 ) -> None:
     """Run a study: every family tuned at the same parameter budget, trials run by Ray Tune.
@@ -60,7 +63,10 @@ def launch(
     except SpecError as error:
         refuse_spec(error)
     settings = Settings.from_options(storage, artifacts, address)
-    _run_study(spec, document, settings, vocab_size=_vocabulary_size_or_refuse(spec))
+    vocab_size = _vocabulary_size_or_refuse(spec)
+    quiet_libraries()
+    Storage(settings.storage_url).upgrade()
+    _run_study(spec, document, in_study_store(settings, spec.name, artifacts), vocab_size=vocab_size)
 
 
 def _vocabulary_size_or_refuse(spec: "StudySpec") -> int:
@@ -85,13 +91,14 @@ def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDispla
 def resume(
     name: Annotated[str, typer.Argument(help="study name")],
     storage: StorageOption = None,
-    artifacts: Artifacts = None,
+    artifacts: StudyArtifacts = None,
     address: Address = None,
 ) -> None:
     """Continue a study from the database: trials left running by a stopped controller are marked
     failed (interrupted) and run again, until every family has its trials. Exit status as for launch."""
     settings = Settings.from_options(storage, artifacts, address)
-    _run_study(*stored_study(settings, name, missing_exit=2), settings)
+    spec, document = stored_study(settings, name, missing_exit=2)
+    _run_study(spec, document, in_study_store(settings, name, artifacts))
 
 
 def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size: int | None = None) -> None:
@@ -126,7 +133,7 @@ def sensitivity(
     family: Annotated[Optional[str], typer.Option(help="the family whose best to move [default: the best family]")]
     = None,
     storage: StorageOption = None,
-    artifacts: Artifacts = None,
+    artifacts: StudyArtifacts = None,
     address: Address = None,
 ) -> None:
     """Measure how sensitive the result is to one hyperparameter: train the best configuration again with P
@@ -141,6 +148,7 @@ def sensitivity(
 
     settings = Settings.from_options(storage, artifacts, address)
     spec, _ = stored_study(settings, name, missing_exit=1)
+    settings = in_study_store(settings, name, artifacts)
     try:
         plan = plan_sensitivity(settings.storage_url, name, parameter, seeds=seeds, points=points, family=family)
     except SensitivityError as error:

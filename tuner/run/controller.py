@@ -70,7 +70,7 @@ def launch_study(
     prepared_corpus(spec)
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
-    refuse_leftover_artifacts(settings.storage_url, spec.name, settings.artifact_root)
+    refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
         return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
@@ -92,13 +92,21 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
     return corpus
 
 
-def refuse_leftover_artifacts(url: str, name: str, artifact_root: ArtifactRoot) -> None:
-    """StudyConflict where the artifact store holds files under the study's name while the database has no trial
-    of it: checkpoints of an earlier study of that name (deleted from another database, or with its database),
-    which this one's trials would take for their own, since a trial resumes from the `latest.pt` in its folder."""
+def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot) -> None:
+    """StudyConflict where the artifact store is not the study's own:
+    - a study with trials that wrote its checkpoints to another store: continued here, its trials would start again
+      from nothing and its best checkpoints would be split between two stores;
+    - a study without trials whose name the store already holds files under: checkpoints of an earlier study of that
+      name (deleted from another database, or with its database), which this one's trials would take for their own,
+      since a trial resumes from the `latest.pt` in its folder."""
     with sessions(url)() as session:
-        if session.scalar(select(exists().where(TrialRecord.study_name == name))):
-            return
+        has_trials = session.scalar(select(exists().where(TrialRecord.study_name == name)))
+        recorded = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
+    if has_trials:
+        if recorded is not None and recorded != str(artifact_root.resolve()):
+            raise StudyConflict(f"artifacts: study {name!r} wrote its checkpoints to {recorded}, not {artifact_root}; "
+                                f"continue it with --artifacts {recorded}")
+        return
     folder = artifact_root / name
     if artifact_store.holds_files(folder):
         raise StudyConflict(f"artifacts: {folder} holds checkpoints of an earlier study named {name!r}, of which this "
@@ -136,7 +144,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     url = settings.storage_url
     try:
         corpus = prepared_corpus(spec)
-        refuse_leftover_artifacts(url, spec.name, settings.artifact_root)  # a queued study, claimed by a worker
+        refuse_mismatched_artifacts(url, spec.name, settings.artifact_root)  # a queued study, claimed by a worker
         vocab_size = len(corpus.vocabulary)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
