@@ -145,6 +145,18 @@ def test_cli_plans_without_creating_anything(tmp_path):
     assert not (tmp_path / "home").exists()  # LM_TUNER_HOME: no database, no artifacts
 
 
+def test_cli_plan_of_unreadable_data_says_so_without_announcing_a_probe(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "valid", "test"):
+        (corpus / f"{split}.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    space = tmp_path / "latin.yaml"
+    space.write_text(yaml.safe_dump({**TINY_SPEC, "dataset": {"path": str(corpus), "format": "text"}}))
+    refused = tuner("plan", "--space", str(space), cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "not UTF-8 text" in refused.stderr
+
+
 @pytest.mark.slow
 def test_reverse_copy_too_short_is_planned_but_not_launched(tmp_path):
     space = tmp_path / "copy.yaml"

@@ -44,11 +44,12 @@ def plan(
         refuse(error)
     except SpecError as error:
         refuse_spec(error)
-    if probe:
+    def say_probing() -> None:
         errors.print(f"probing each family's median shape on this machine for about {seconds:g} s, longer where "
                      f"one training step and one evaluation take longer (--no-probe skips it)", style="dim")
+
     try:
-        planned = study_plan(spec, probe=probe, seconds=seconds, probed=_say_probed)
+        planned = study_plan(spec, probe=probe, seconds=seconds, probing=say_probing, probed=_say_probed)
     except DatasetUnavailable as error:
         refuse(error)
     if json_output:

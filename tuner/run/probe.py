@@ -55,14 +55,19 @@ class DatasetUnavailable(ValueError):
 
 
 def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
+               probing: Callable[[], None] | None = None,
                probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
     """What `tuner plan` and `POST /studies/plan` answer: the shapes and warnings, with the probe's time estimates
-    when `probe` (`probed` is told each family's timing and the seconds its probe took, as it is done). Raises
-    DatasetUnavailable where the vocabulary (or, to probe, the corpus's size) needs the data."""
+    when `probe` (`probing` is called as the probe starts, once the data is read; `probed` is told each family's
+    timing and the seconds its probe took, as it is done). Raises DatasetUnavailable where the vocabulary (or, to
+    probe, the corpus's size) needs the data."""
     if not probe:
         return plan_study(spec, vocabulary_size(spec))
     size = corpus_size(spec)
-    return probe_study(spec, plan_study(spec, size.vocab_size), size, seconds, probed)
+    planned = plan_study(spec, size.vocab_size)
+    if probing is not None:
+        probing()
+    return probe_study(spec, planned, size, seconds, probed)
 
 
 def vocabulary_size(spec: StudySpec) -> int:
