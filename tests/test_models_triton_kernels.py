@@ -81,9 +81,15 @@ def relative_errors(family: str, rounds: int, rank: int, input_size: int, hidden
 
 
 @needs_triton
-def test_interpreted_kernels_match_the_reference_path():
+@pytest.mark.parametrize("tile", [None, 256], ids=["default-launch", "narrow-chunks"])
+def test_interpreted_kernels_match_the_reference_path(tile):
+    """With the default launch every test shape's columns fit one chunk; a tile of 256 elements makes chunks of 16
+    columns at these ranks, so that each pass walks several chunks, the last one ragged."""
+    narrow = "" if tile is None else f"mogrifier_window.LAUNCH = dict(mogrifier_window.LAUNCH, TILE={tile})\n"
     script = (
         "import json, sys\n"
+        "from lm_tuner.models import mogrifier_window\n"
+        f"{narrow}"
         "from tests.test_models_triton_kernels import SHAPES, relative_errors\n"
         "print(json.dumps([max(relative_errors(*shape, device='cpu')) for shape in SHAPES]))\n"
     )
