@@ -94,7 +94,10 @@ def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tun
 
 
 @pytest.mark.slow
-def test_rest_request_is_queued_run_by_a_worker_and_plotted(tuned):
+def test_rest_request_is_queued_run_by_a_worker_and_plotted(tuned, tmp_path):
+    with serve_app(Settings(tuned.storage_url, tmp_path / "elsewhere")) as base_url:  # its worker would write there
+        refused = httpx.post(f"{base_url}/studies/moved/sensitivity", json={"parameter": "learning_rate"}, timeout=60)
+        assert refused.status_code == 409 and "wrote its checkpoints to" in refused.json()["detail"]
     with serve_app(tuned) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
         refused = client.post("/studies/moved/sensitivity", json={"parameter": "learning_rate", "family": "rlstm"})
         (issue,) = refused.json()["detail"]
