@@ -1,5 +1,6 @@
 """`tuner plan`: what a study would train and how long it would take on this machine, before anything exists."""
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -44,18 +45,20 @@ def plan(
         refuse(error)
     except SpecError as error:
         refuse_spec(error)
-    def say_probing() -> None:
-        errors.print(f"probing each family's median shape on this machine for about {seconds:g} s, longer where "
-                     f"one training step and one evaluation take longer (--no-probe skips it)", style="dim")
-
     try:
-        planned = study_plan(spec, probe=probe, seconds=seconds, probing=say_probing, probed=_say_probed)
+        planned = study_plan(spec, probe=probe, seconds=seconds, probing=partial(_say_probing, seconds),
+                             probed=_say_probed)
     except DatasetUnavailable as error:
         refuse(error)
     if json_output:
         print(planned.model_dump_json(indent=2))
         return
     print_plan(planned)
+
+
+def _say_probing(seconds: float) -> None:
+    errors.print(f"probing each family's median shape on this machine for about {seconds:g} s, longer where "
+                 f"one training step and one evaluation take longer (--no-probe skips it)", style="dim")
 
 
 def _say_probed(family: str, timing: "ProbeTiming", seconds: float) -> None:
