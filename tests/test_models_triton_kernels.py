@@ -144,7 +144,7 @@ def test_full_rank_double_and_evaluation_windows_take_the_fused_kernels_only_whe
     assert not fused_kernel_serves(full_rank.layers[0].mogrifier, Tape(), inputs)
 
 
-def test_the_fused_mogrifier_serves_low_ranks_up_to_its_shared_memory_limit(monkeypatch):
+def test_the_fused_mogrifier_serves_low_ranks_up_to_its_rank_limit(monkeypatch):
     monkeypatch.setattr("lm_tuner.models.mogrifier_window.triton_serves", lambda *tensors: True)
     inputs = torch.randn(3, 2, 8)
 
