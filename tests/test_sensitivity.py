@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 
@@ -23,6 +22,7 @@ from lm_tuner.tuner.spec.space import rerun_seed
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import TrialRecord
 from tests.conftest import TINY_SPEC, serve_app
+from tests.test_cli import tuner
 
 
 def test_moved_values_span_fifteen_percent_of_the_range_around_the_best():
@@ -44,16 +44,6 @@ def test_cli_help_explains_the_action():
         assert phrase in result.stdout
 
 
-SESSION_ENVIRONMENT = dict(os.environ)  # before the session's Ray fixture adds variables the CLI's Ray must not see
-
-
-def sensitivity_command(*arguments: str) -> subprocess.CompletedProcess:
-    """`tuner sensitivity` in a process of its own, as a user runs it: in this one, its exit would shut down the
-    tests' Ray and take over their signal handlers."""
-    return subprocess.run([sys.executable, "-m", "lm_tuner.tuner", "sensitivity", *arguments], capture_output=True,
-                          text=True, timeout=600, env={**SESSION_ENVIRONMENT, "COLUMNS": "200"})
-
-
 @pytest.fixture(scope="module")
 def tuned(ray_cluster, tmp_path_factory) -> Settings:
     root = tmp_path_factory.mktemp("sensitivity")
@@ -66,11 +56,12 @@ def tuned(ray_cluster, tmp_path_factory) -> Settings:
 
 
 @pytest.mark.slow
-def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tuned):
+def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tuned, tmp_path):
     url = tuned.storage_url
     arguments = ["moved", "--parameter", "learning_rate", "--seeds", "2", "--points", "2",
                  "--storage", url, "--artifacts", str(tuned.artifact_root)]
-    result = sensitivity_command(*arguments)
+    result = tuner("sensitivity", *arguments, cwd=tmp_path)  # as a user runs it: in this process its exit
+    # would shut down the tests' Ray and take over their signal handlers
     assert result.returncode == 0, result.stderr
     assert "4 new run(s)" in result.stdout
     runs = sensitivity_runs(url, "moved", "learning_rate")
@@ -87,9 +78,9 @@ def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tun
     for line, value in zip(sorted(line for line in result.stdout.splitlines() if "│ 0.0" in line), expected,
                            strict=True):
         assert f"{value:.4g}" in line and "│ 2 " in line
-    again = sensitivity_command(*arguments)
+    again = tuner("sensitivity", *arguments, cwd=tmp_path)
     assert again.returncode == 0 and "0 new run(s)" in again.stdout  # nothing is run twice
-    refused = sensitivity_command(arguments[0], "--parameter", "num_layers", *arguments[3:])
+    refused = tuner("sensitivity", arguments[0], "--parameter", "num_layers", *arguments[3:], cwd=tmp_path)
     assert refused.returncode == 2 and "allowed: a hyperparameter searched for lstm (learning_rate)" in refused.stderr
 
 

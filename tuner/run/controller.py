@@ -92,6 +92,11 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
     return corpus
 
 
+def recorded_form(artifact_root: ArtifactRoot) -> str:
+    """How a study records its artifact store, and how another store is compared with it."""
+    return str(artifact_root.resolve())
+
+
 def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot) -> None:
     """StudyConflict where the artifact store is not the study's own:
     - a study with trials that wrote its checkpoints to another store: continued here, its trials would start again
@@ -103,7 +108,7 @@ def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot
         has_trials = session.scalar(select(exists().where(TrialRecord.study_name == name)))
         recorded = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
     if has_trials:
-        if recorded is not None and recorded != str(artifact_root.resolve()):
+        if recorded is not None and recorded != recorded_form(artifact_root):
             raise StudyConflict(f"artifacts: study {name!r} wrote its checkpoints to {recorded}, not {artifact_root}; "
                                 f"continue it with --artifacts {recorded}")
         return
@@ -150,7 +155,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
             record.best_possible_loss = corpus.best_cross_entropy
             record.unigram_perplexity = unigram_perplexity(corpus)
-            record.artifact_root = str(settings.artifact_root.resolve())  # where `tuner best` finds checkpoints
+            record.artifact_root = recorded_form(settings.artifact_root)  # where `tuner best` finds checkpoints
         _fail_interrupted_trials(url, spec)
         if while_ray_starts is not None:
             connect_ray_while(settings, while_ray_starts)
