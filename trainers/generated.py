@@ -9,6 +9,7 @@ cross-entropy any model can reach — is computed exactly from the stationary di
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -82,17 +83,21 @@ class MarkovChain:
         return float(-(distribution * plogp.sum(axis=1)).sum())
 
     def sample(self, length: int, rng: np.random.Generator) -> np.ndarray:
-        cumulative = np.cumsum(self.probabilities, axis=1)
-        draws = rng.random(length)
-        tokens = np.empty(length, dtype=np.int64)
+        # One token at a time, as the chain runs, on flat memoryviews: indexing one yields a Python number, without
+        # numpy's per-call overhead on scalars, which made this loop ten times slower (1.3 s for the demo's 120,000
+        # tokens, paid in every trial's process).
+        width = self.successors.shape[1]
+        cumulative = memoryview(np.cumsum(self.probabilities, axis=1).ravel())
+        successors = memoryview(np.ascontiguousarray(self.successors).ravel())
+        contexts = self.vocab_size**self.order
+        tokens = []
         context = self.start_context
-        for t in range(length):
-            choice = min(int(np.searchsorted(cumulative[context], draws[t], side="right")),
-                         self.successors.shape[1] - 1)
-            token = int(self.successors[context, choice])
-            tokens[t] = token
-            context = int(self.next_context(context, token))
-        return tokens
+        for draw in rng.random(length).tolist():
+            row = context * width
+            token = successors[min(bisect.bisect_right(cumulative, draw, row, row + width), row + width - 1)]
+            tokens.append(token)
+            context = self.start_context if token == 0 else (context * self.vocab_size) % contexts + token
+        return np.array(tokens, dtype=np.int64)
 
 
 def build_chain(config: MarkovCorpusConfig) -> MarkovChain:
