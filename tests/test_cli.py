@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -49,6 +50,20 @@ def test_help_explains_every_command(tmp_path):
     assert "--space" in launch_help and "--storage" in launch_help and "continues" in launch_help
     assert "[default: $LM_TUNER_STORAGE, else" in launch_help  # shown, not taken for a console style tag
     assert "identical spec) continues it. The warnings of tuner plan (without its probe)" in launch_help  # refolded
+
+
+def test_a_command_leaves_its_objects_to_the_process_end_and_keeps_its_exit_status(monkeypatch, capsys):
+    from lm_tuner.tuner.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["tuner", "--version"])
+    frozen = gc.get_freeze_count()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        assert gc.get_freeze_count() > frozen  # no garbage collection over torch's and Ray's objects at exit
+    finally:
+        gc.unfreeze()
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("lm-tuner ")
 
 
 def test_invalid_spec_exits_2_with_file_line_and_field(tmp_path):
