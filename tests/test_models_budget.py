@@ -2,6 +2,8 @@
 the hidden-size solver."""
 
 import itertools
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -57,3 +59,22 @@ def test_solver_returns_the_largest_hidden_size_within_the_budget(family):
 def test_solver_names_the_budget_when_nothing_fits():
     with pytest.raises(ValueError, match="parameter_budget: 1,000 is too small"):
         solve_hidden_size(ModelConfig(vocab_size=10_000, hidden_size=1), 1_000)
+
+
+def test_a_model_built_for_its_shapes_initialises_nothing_and_leaves_torch_dynamo_unloaded():
+    # In a process of its own: this one may have loaded torch._dynamo already. Loading it (and Triton with it) cost
+    # tuner plan and every launch 1.5-3 s on 2 cores, and Triton's report of leaks at exit.
+    program = (
+        "import sys\n"
+        "from lm_tuner.models import FAMILIES, ModelConfig\n"
+        "from lm_tuner.models.budget import count_parameters_by_building, parameter_breakdown\n"
+        "for family in FAMILIES:\n"
+        "    rounds = 5 if 'mogrifier' in family else 0\n"
+        "    config = ModelConfig(vocab_size=50, hidden_size=16, family=family, num_layers=2,\n"
+        "                         mogrifier_rounds=rounds, mogrifier_rank=3, softmax_components=2)\n"
+        "    assert parameter_breakdown(config)['total'] == count_parameters_by_building(config) > 0\n"
+        "print(sorted(name for name in ('torch._dynamo', 'triton') if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
