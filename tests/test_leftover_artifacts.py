@@ -85,6 +85,7 @@ def test_a_study_continues_in_the_store_it_wrote_to(sqlite_url, tmp_path):
     assert refused.returncode == 2, refused.stderr
     assert f"study 'tiny' wrote its checkpoints to {first}, not {other}; continue it with --artifacts {first}" in \
         " ".join(refused.stderr.split())
+    assert refused.stdout == ""  # no header naming the other store as the study's
     assert status_of(sqlite_url, "tiny") == ("running", None)  # untouched
 
 

@@ -104,8 +104,12 @@ def resume(
 def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size: int | None = None) -> None:
     """Runs the study and prints its summary; with `vocab_size` (a launch), the plan's warnings too."""
     from lm_tuner.tuner.cli.progress import live_progress
-    from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study
+    from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study, refuse_mismatched_artifacts
 
+    try:  # before the header, which names the store the study would write to
+        refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
+    except StudyConflict as error:
+        refuse(error)
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
         f"{spec.tuning.trials} trials per family, sampler {spec.tuning.sampler}, "
