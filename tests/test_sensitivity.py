@@ -102,7 +102,10 @@ def test_rest_request_is_queued_run_by_a_worker_and_plotted(tuned, tmp_path):
         assert body["queued"] == 1 + 0  # the two outer values were measured with seed 0 already by the CLI test
         assert client.get("/studies/moved/sensitivity", params={"parameter": "learning_rate"}).json()["pending"] == 1
 
-        run_worker(tuned, once=True)
+        worker_store = tmp_path / "worker-store"  # a worker given another store: the runs go to the study's
+        run_worker(Settings(tuned.storage_url, worker_store), once=True)
+        assert not worker_store.exists()
+        assert len(list((tuned.artifact_root / "moved" / "lstm" / "sensitivity").glob("trial-*/best.pt"))) == 5
 
         effect = client.get("/studies/moved/sensitivity", params={"parameter": "learning_rate"}).json()
         assert effect["pending"] == 0 and effect["unit"] == "perplexity"
