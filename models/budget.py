@@ -34,14 +34,16 @@ def count_parameters_by_building(config: ModelConfig) -> int:
 
 
 class _NoInitialisation(TorchFunctionMode):
-    """Random initialisations returned untouched. On the meta device they have nothing to write, yet the first one
-    (`normal_`, through torch's Python references) imports torch._dynamo, and Triton with it: 1.5-3 s on 2 cores."""
+    """Initialisations (torch.nn.init's in-place functions, and the random fills models call themselves) return their
+    tensor untouched. On the meta device they have nothing to write, yet the first one (`normal_`, through torch's
+    Python references) imports torch._dynamo, and Triton with it: 1.5-3 s on 2 cores."""
 
     RANDOM_FILLS = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_})
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if getattr(func, "__module__", None) == "torch.nn.init" or func in self.RANDOM_FILLS:
+        initialiser = getattr(func, "__module__", None) == "torch.nn.init" and func.__name__.endswith("_")
+        if initialiser or func in self.RANDOM_FILLS:
             return args[0] if args else kwargs["tensor"]
         return func(*args, **kwargs)
 
