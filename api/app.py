@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +13,7 @@ from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
 from lm_tuner.api.tuning_curves import router as tuning_curves_router
+from lm_tuner.tuner.lifetime import freeze_loaded_objects
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store import Storage
 
@@ -45,9 +44,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, answer_validation_error)
     document_access(app, private_reads=settings.private_reads)
-    # What is loaded by now (torch, pandas, plotly...: some 400,000 objects) lives as long as the process. Left to
-    # the collector, each full collection scans it with the GIL held for ~0.2 s, and every request waits.
-    gc.freeze()
+    freeze_loaded_objects()  # what is loaded by now lives as long as the process; requests wait on no scan of it
     return app
 
 

@@ -51,27 +51,6 @@ def test_help_explains_every_command(tmp_path):
     assert "identical spec) continues it. The warnings of tuner plan (without its probe)" in launch_help  # refolded
 
 
-@pytest.mark.parametrize("triton_loaded", [False, True])
-def test_a_command_leaves_its_objects_to_the_process_end_unless_triton_is_loaded(triton_loaded):
-    # In a process of its own, which reports at exit (after the command's last step) whether the collector was frozen.
-    if triton_loaded:
-        pytest.importorskip("triton")
-    program = (
-        "import atexit, gc, sys\n"
-        + ("import triton\n" if triton_loaded else "")
-        + "from lm_tuner.tuner.cli.app import main\n"
-        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
-        "sys.argv = ['tuner', '--version']\n"
-        "main()\n"
-    )
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and result.stdout.startswith("lm-tuner "), result.stderr
-    # frozen: no garbage collection over torch's and Ray's objects at exit; not with Triton, whose bindings would
-    # report each frozen object as a leak
-    assert result.stdout.splitlines()[-1] == f"frozen {not triton_loaded}"
-    assert "leaked" not in result.stderr
-
-
 def test_invalid_spec_exits_2_with_file_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**ONE_FAMILY, "parameter_budget": -5}, sort_keys=False))

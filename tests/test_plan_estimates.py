@@ -3,7 +3,6 @@ turn runs (the softmax temperature search on the turn's validation streams inclu
 
 from __future__ import annotations
 
-import statistics
 import time
 from types import SimpleNamespace
 
@@ -41,7 +40,9 @@ def test_the_evaluation_estimate_is_within_a_factor_of_a_real_trial_s(one_torch_
     setup = trial_setup(spec, "lstm", family.median_point, len(corpus.vocabulary), seed=0)
     turns = train(setup.model, setup.training, corpus, device=torch.device("cpu")).turns
     assert all(turn.val_subset for turn in turns)
-    measured = statistics.median(turn.eval_seconds for turn in turns)
+    # The least, as the probe keeps the least of its tries: both then time the machine at its quietest. A median
+    # counts the slow spells of a loaded machine (stray processes of earlier tests) on one side only: 1.7x in CI.
+    measured = min(turn.eval_seconds for turn in turns)
     estimated = family.estimate.evaluation_seconds
     assert measured / 1.6 <= estimated <= measured * 1.6, (estimated, measured)
 

@@ -1,6 +1,5 @@
 """The `tuner` application: its commands, registered in the order `tuner --help` lists them."""
 
-import gc
 import sys
 from importlib.metadata import version
 from typing import Annotated
@@ -15,6 +14,7 @@ from lm_tuner.tuner.cli.data import data_app
 from lm_tuner.tuner.cli.plan import plan
 from lm_tuner.tuner.cli.serve import serve
 from lm_tuner.tuner.cli.spaces import spaces_app
+from lm_tuner.tuner.lifetime import freeze_loaded_objects
 from lm_tuner.tuner.settings import SettingsError
 
 app = command_group(
@@ -69,9 +69,5 @@ def main() -> None:
         print_error(f"{type(error).__name__}: {error} (run with --debug for the traceback)")
         sys.exit(1)
     finally:
-        # What is left is Python's finalization, whose garbage collections walk every object torch, Ray and pandas
-        # made (1-3 s on 2 cores). Frozen, those objects are left to the process's end; exit handlers still run,
-        # Ray's shutdown among them. Not where Triton is loaded (torch._dynamo loads it): its bindings would report
-        # every object left as a leak, hundreds of lines.
-        if "triton" not in sys.modules:
-            gc.freeze()
+        # What is left is Python's finalization; exit handlers still run on frozen objects, Ray's shutdown among them.
+        freeze_loaded_objects()
