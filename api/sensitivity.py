@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, status
 from fastapi.exceptions import RequestValidationError
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
@@ -12,7 +12,6 @@ from lm_tuner.api.params import StudyName, text_query
 from lm_tuner.api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
 from lm_tuner.dashboards import figure_json, sensitivity_figure
 from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
-from lm_tuner.tuner.run.controller import StudyConflict, refuse_mismatched_artifacts
 from lm_tuner.tuner.run.sensitivity import SensitivityError, plan_sensitivity
 from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.spec import StudySpec
@@ -25,19 +24,13 @@ router = APIRouter(tags=["sensitivity"])
 
 @router.post("/studies/{name}/sensitivity", response_model=SensitivityPlanOut, status_code=status.HTTP_202_ACCEPTED,
              dependencies=[Writer], responses={404: {"description": "no such study"}, **Unauthorized,
-                                               400: {"description": "the body is not valid JSON"},
-                                               409: {"description": "the study's checkpoints are in another "
-                                                                    "artifact store than the service's"}})
+                                               400: {"description": "the body is not valid JSON"}})
 def request_sensitivity(name: StudyName, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
     """Queue re-runs of the best configuration with `parameter` moved across ±15% of its range (`points`
     values, `seeds` seeds each); a `tuner worker` (or `tuner serve`) trains them. Runs already queued or
-    made are not repeated. A study that wrote its checkpoints to another artifact store than the service's is
-    refused (409): the worker would write the runs' checkpoints to the service's."""
+    made are not repeated. The runs' checkpoints go to the artifact store the study ran with, whichever the
+    service and the worker were given."""
     study_or_404(config, name)
-    try:
-        refuse_mismatched_artifacts(config.storage_url, name, config.artifact_root)
-    except StudyConflict as error:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
     try:
         plan = plan_sensitivity(config.storage_url, name, body.parameter, seeds=body.seeds, points=body.points,
                                 family=body.family)

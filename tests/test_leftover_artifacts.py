@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.cli.app import app
-from lm_tuner.tuner.cli.common import in_study_store
 from lm_tuner.tuner.run.controller import StudyConflict, refuse_mismatched_artifacts
 from lm_tuner.tuner.run.queue import run_worker, submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
+from lm_tuner.tuner.store import in_study_store
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.lifecycle import delete_study
 from lm_tuner.tuner.store.schema import StudyRecord

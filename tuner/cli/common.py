@@ -2,7 +2,6 @@
 settings and stored studies, and stopping cleanly on a signal."""
 
 import contextlib
-import dataclasses
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -19,9 +18,7 @@ from lm_tuner.tuner.settings import (
     ARTIFACTS_VARIABLE,
     HOME_VARIABLE,
     STORAGE_VARIABLE,
-    ArtifactRoot,
     Settings,
-    artifact_root,
 )
 from lm_tuner.tuner.store import Storage
 
@@ -65,20 +62,6 @@ def settings_for_reading(storage: str | None) -> Settings:
     settings = Settings.from_options(storage, None)
     Storage(settings.storage_url).upgrade()
     return settings
-
-
-def study_artifacts(settings: Settings, name: str, given: str | None) -> ArtifactRoot:
-    """Where study `name`'s checkpoints are: the store --artifacts names, else the one the study ran with, else the
-    default."""
-    if given:
-        return artifact_root(given)
-    return Storage(settings.storage_url).artifact_root(name) or settings.artifact_root
-
-
-def in_study_store(settings: Settings, name: str, given: str | None) -> Settings:
-    """`settings` whose artifact store is study `name`'s (`study_artifacts`): a study continues where its checkpoints
-    are. The schema must exist."""
-    return dataclasses.replace(settings, artifact_root=study_artifacts(settings, name, given))
 
 
 @contextlib.contextmanager

@@ -13,10 +13,9 @@ from lm_tuner.tuner.cli.common import (
     no_such_study,
     refuse,
     settings_for_reading,
-    study_artifacts,
 )
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store import Storage
+from lm_tuner.tuner.store import Storage, study_artifacts
 
 
 def cancel(name: Annotated[str, typer.Argument(help="study name")], storage: StorageOption = None) -> None:

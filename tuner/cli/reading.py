@@ -20,11 +20,10 @@ from lm_tuner.tuner.cli.common import (
     refuse,
     score_name,
     settings_for_reading,
-    study_artifacts,
 )
 from lm_tuner.tuner.cli.status_report import print_study
 from lm_tuner.tuner.settings import ArtifactRoot
-from lm_tuner.tuner.store import Storage, TrialView
+from lm_tuner.tuner.store import Storage, TrialView, study_artifacts
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec.units import Unit

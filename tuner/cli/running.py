@@ -15,7 +15,6 @@ from lm_tuner.tuner.cli.common import (
     StudyArtifacts,
     console,
     exit_stopped,
-    in_study_store,
     quiet_libraries,
     refuse,
     refuse_spec,
@@ -24,7 +23,7 @@ from lm_tuner.tuner.cli.common import (
 )
 from lm_tuner.tuner.cli.reading import print_study
 from lm_tuner.tuner.settings import Settings
-from lm_tuner.tuner.store import Storage
+from lm_tuner.tuner.store import Storage, in_study_store
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.cli.live_display import ProgressDisplay

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 
@@ -21,7 +20,7 @@ from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
-from lm_tuner.tuner.store.studies import study_artifact_root
+from lm_tuner.tuner.store.studies import in_study_store
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +104,7 @@ def run_sensitivity_requests(settings: Settings) -> int:
         log.info("measuring sensitivity in study %s", name)
         connect_ray(settings)
         # in the study's own store, where its checkpoints are, whichever this worker was given
-        in_its_store = dataclasses.replace(settings, artifact_root=study_artifact_root(url, name) or
-                                           settings.artifact_root)
-        ran += run_queued_sensitivity(stored_spec(url, name)[0], in_its_store)
+        ran += run_queued_sensitivity(stored_spec(url, name)[0], in_study_store(settings, name))
     return ran
 
 

@@ -28,4 +28,5 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={  # e
     "lifecycle": ["StudyStateError"],
     "tokens": ["TokenError"],
     "schema": ["TrialRecord", "TurnRecord", "STUDY_STATUSES"],
+    "studies": ["study_artifacts", "in_study_store"],
 })

@@ -7,11 +7,12 @@ page.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cache
 
 from sqlalchemy import Select, bindparam, func, select
 
-from lm_tuner.tuner.settings import ArtifactRoot, artifact_root
+from lm_tuner.tuner.settings import ArtifactRoot, Settings, artifact_root
 from lm_tuner.tuner.store.engine import reading, retried_on_disconnect, sessions
 from lm_tuner.tuner.store.progress import (
     StudyProgress,
@@ -82,6 +83,20 @@ def study_artifact_root(url: str, name: str) -> ArtifactRoot | None:
     with sessions(url)() as session:
         root = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
     return None if root is None else artifact_root(root)
+
+
+def study_artifacts(settings: Settings, name: str, given: str | None = None) -> ArtifactRoot:
+    """Where study `name`'s checkpoints are: the store `given` names (--artifacts), else the one the study ran with,
+    else `settings`' own."""
+    if given:
+        return artifact_root(given)
+    return study_artifact_root(settings.storage_url, name) or settings.artifact_root
+
+
+def in_study_store(settings: Settings, name: str, given: str | None = None) -> Settings:
+    """`settings` whose artifact store is study `name`'s (`study_artifacts`): a study continues, and its later runs
+    write, where its checkpoints are. The schema must exist."""
+    return dataclasses.replace(settings, artifact_root=study_artifacts(settings, name, given))
 
 
 def stored_warnings(url: str, name: str) -> list[str]:
