@@ -170,7 +170,7 @@ def test_the_command_line_starts_without_torch(tmp_path):
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
     Storage(url).upgrade()
     submit_study(url, parse_spec({**TINY_SPEC, "name": "held"}), "name: held", unigram_perplexity=19.5)
-    script = ("import sys, json\nfrom typer.testing import CliRunner\nfrom lm_tuner.tuner.cli import app\n"
+    script = ("import sys, json\nfrom typer.testing import CliRunner\nfrom lm_tuner.tuner.cli.app import app\n"
               f"codes = [CliRunner().invoke(app, args).exit_code for args in {LIGHT_COMMANDS!r}]\n"
               "print(json.dumps([codes, sorted(m for m in ('torch', 'ray', 'lm_tuner.models') if m in sys.modules)]))")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,

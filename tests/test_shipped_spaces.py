@@ -11,7 +11,7 @@ import yaml
 from click.testing import Result
 from typer.testing import CliRunner
 
-from lm_tuner.tuner.cli import app as TUNER
+from lm_tuner.tuner.cli.app import app as TUNER
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import SpecError, parse_spec
 from lm_tuner.tuner.spec.shipped import UnknownSpace, resolve_space, shipped_names, shipped_space, shipped_spaces

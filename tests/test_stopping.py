@@ -198,6 +198,33 @@ def test_a_stopped_launch_leaves_no_process_and_resumable_trials(tmp_path, stop,
     assert states == [("FAIL", 1), ("FAIL", 1)]
 
 
+def test_a_launch_in_a_scripts_background_stops_on_a_sigint_sent_while_it_loads(tmp_path):
+    """A script's background job inherits SIGINT ignored: one sent before the command set its handlers (while it
+    imported, 1-3 s) was lost, and the launch ran its whole study. The command takes SIGINT as it starts; stopped
+    while loading, it exits quietly with 130, before anything is written."""
+    space = tmp_path / "slow.yaml"
+    space.write_text(yaml.safe_dump(SLOW))
+    launch = subprocess.Popen([sys.executable, "-m", "lm_tuner.tuner", "launch", "--space", str(space)], cwd=tmp_path,
+                              env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not _takes_sigint(launch.pid):  # polled closely: the imports after that last a second or more
+        assert time.monotonic() < deadline, "SIGINT stayed ignored"
+        time.sleep(0.002)
+    seconds = _stop(launch, signal.SIGINT)
+    output, error = launch.communicate()
+    assert (launch.returncode, output, error) == (130, "", "")
+    assert seconds < STOP_SECONDS and not (tmp_path / "home").exists()
+
+
+def _takes_sigint(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGINT (Linux: /proc/PID/status)."""
+    masks = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigIgn", "SigCgt")))
+    bit = 1 << (signal.SIGINT - 1)
+    return bool(int(masks["SigCgt"], 16) & bit) and not int(masks["SigIgn"], 16) & bit
+
+
 def _stop(process: subprocess.Popen, number: int) -> float:
     started = time.monotonic()
     process.send_signal(number)
