@@ -37,6 +37,9 @@ SHAPES = [  # family, rounds, rank, input size, hidden size, batch, masked, capp
     ("lstm", 0, 0, 24, 300, 5, True, True),
     ("mlstm", 0, 0, 17, 24, 6, False, False),
 ]
+# The interpreter runs the kernels' programs one after another, one per batch row: the same shapes with at most 5
+# rows (an odd batch stays odd) take a fifth of the time (125 s for both launches before).
+INTERPRETED_SHAPES = [(*shape[:5], min(shape[5], 4 + shape[5] % 2), *shape[6:]) for shape in SHAPES]
 FUSED_MOGRIFIER = {"mogrifier", "mogrifier_rlstm"}
 FUSED_LSTM_UPDATE = {"mogrifier", "lstm", "mlstm"}
 
@@ -90,8 +93,8 @@ def test_interpreted_kernels_match_the_reference_path(tile):
         "import json, sys\n"
         "from lm_tuner.models import mogrifier_window\n"
         f"{narrow}"
-        "from tests.test_models_triton_kernels import SHAPES, relative_errors\n"
-        "print(json.dumps([max(relative_errors(*shape, device='cpu')) for shape in SHAPES]))\n"
+        "from tests.test_models_triton_kernels import INTERPRETED_SHAPES, relative_errors\n"
+        "print(json.dumps([max(relative_errors(*shape, device='cpu')) for shape in INTERPRETED_SHAPES]))\n"
     )
     root = Path(__file__).resolve().parent.parent
     path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
@@ -99,7 +102,7 @@ def test_interpreted_kernels_match_the_reference_path(tile):
                             env=os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": path})
     assert output.returncode == 0, output.stderr
     worst = json.loads(output.stdout.strip().splitlines()[-1])
-    assert len(worst) == len(SHAPES)
+    assert len(worst) == len(INTERPRETED_SHAPES)
     assert max(worst) < 1e-5, worst
 
 
