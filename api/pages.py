@@ -16,7 +16,7 @@ from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
 from lm_tuner.tuner.analysis.comparison import comparison
 from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
-from lm_tuner.tuner.analysis.study_facts import study_baseline
+from lm_tuner.tuner.analysis.study_facts import baseline_warning, study_baseline
 from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -179,7 +179,8 @@ def _trials(config: Settings, name: str, state: str | None, family: str | None, 
 def _comparison(config: Settings, name: str) -> dict[str, Any]:
     found, compared = study_or_404(config, name), comparison(config.storage_url, name)
     margin = compared.margin.sentence(compared.unit) if compared.margin else None
-    return {"study": _study(found), "comparison": asdict(compared), "margin": margin}
+    return {"study": _study(found), "comparison": asdict(compared), "margin": margin,
+            "baseline_warning": baseline_warning(compared.no_better_than(study_baseline(found)))}
 
 
 def _trial(config: Settings, trial_id: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from lm_tuner.api.schemas import (
     TrialPage,
 )
 from lm_tuner.dashboards import figure_json, non_dominated, pareto_figure
-from lm_tuner.tuner.analysis.comparison import comparison
+from lm_tuner.tuner.analysis.comparison import comparison, comparison_document
 from lm_tuner.tuner.analysis.study_facts import study_baseline
 from lm_tuner.tuner.analysis.study_frames import study_unit
 from lm_tuner.tuner.analysis.trial_frames import pareto_frame
@@ -201,5 +201,4 @@ def _comparison(config: Settings, name: str) -> ComparisonOut:
     found = comparison(config.storage_url, name)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
-    baseline = baseline_of(study_or_404(config, name))
-    return ComparisonOut.model_validate(asdict(found) | {"unigram_baseline": baseline})
+    return ComparisonOut.model_validate(comparison_document(found, study_baseline(study_or_404(config, name))))

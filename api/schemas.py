@@ -171,6 +171,10 @@ class ComparisonOut(BaseModel):
                                                        "no winner or no runner-up")
     unigram_baseline: BaselineOut = Field(description="the unigram baseline of the corpus: the validation "
                                                       "perplexity of word frequencies alone, for scale")
+    no_better_than_baseline: list[str] = Field(description="the families whose validation score (of the final "
+                                                           "models, else of the best tuning run) does not beat the "
+                                                           "unigram baseline: they learned no more than word "
+                                                           "frequencies (empty where the baseline is unknown)")
 
 
 class HistoryBest(BaseModel):

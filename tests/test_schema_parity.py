@@ -26,7 +26,9 @@ PAIRS = [
 # route (not by the tuner's dataclass) belongs here, so the test still fails on one forgotten by accident.
 API_ONLY: dict[type, dict[str, str]] = {
     schemas.ComparisonOut: {"unigram_baseline": "the route takes it from the study (study_facts.study_baseline), "
-                                                "as `tuner compare` does; the comparison is read from its trials"},
+                                                "as `tuner compare` does; the comparison is read from its trials",
+                            "no_better_than_baseline": "a judgement against that baseline (comparison_document), "
+                                                       "not read from the trials"},
 }
 # Dataclass fields the API leaves out on purpose; each with the reason.
 TUNER_ONLY: dict[type, dict[str, str]] = {}

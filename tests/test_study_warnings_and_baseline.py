@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 
 import httpx
 import pytest
@@ -17,6 +18,8 @@ from sqlalchemy import select
 
 from lm_tuner.trainers import load_corpus, unigram_perplexity
 from lm_tuner.trainers.datasets import dataset_from_dict
+from lm_tuner.tuner.analysis.comparison import Comparison, FamilyResult
+from lm_tuner.tuner.analysis.study_facts import Baseline, baseline_warning
 from lm_tuner.tuner.cli.live_board import Board
 from lm_tuner.tuner.cli.live_display import ProgressDisplay
 from lm_tuner.tuner.cli.progress import ProgressPrinter, live_progress
@@ -30,6 +33,7 @@ from lm_tuner.tuner.store.studies import get_study
 from tests.conftest import serve_app
 from tests.test_evaluation_subset import turn_result
 from tests.test_progress import ONE_FAMILY, add_study, add_trial, ray_trial
+from tests.test_reports import TWO_FAMILIES, command, trial
 
 EVALUATION_HEAVY = {"train_seconds": 1.0, "eval_seconds": 3.0}  # 75% of the turn evaluating
 
@@ -152,3 +156,42 @@ def test_a_submitted_study_stores_the_baseline_of_the_data_the_api_read(sqlite_u
         assert response.status_code == 202, response.text
     expected = unigram_perplexity(load_corpus(dataset_from_dict(ONE_FAMILY["dataset"])))
     assert get_study(sqlite_url, "submitted").unigram_perplexity == pytest.approx(expected)
+
+
+def test_families_that_do_not_beat_the_baseline_are_named_wherever_the_study_is_reported(sqlite_url, tmp_path,
+                                                                                          capsys):
+    """A family that predicts no better than word frequencies learned nothing its architecture is responsible for
+    (too few steps, a learning rate range that misses): `tuner status`, `tuner compare`, the API's comparison and
+    the dashboard's say so, whichever family wins."""
+    add_study(sqlite_url, "flat", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 1})
+    with sessions(sqlite_url).begin() as session:
+        session.scalar(select(StudyRecord).where(StudyRecord.name == "flat")).unigram_perplexity = 123.25
+    trial(sqlite_url, "flat", "lstm", "COMPLETE", math.log(100.0))
+    trial(sqlite_url, "flat", "mogrifier", "COMPLETE", math.log(123.25))  # equal to the baseline: not beating it
+    expected = ("mogrifier does not beat the unigram baseline (word frequencies alone): too few training steps, or "
+                "searched ranges without a working learning rate; such a score says nothing about the architecture")
+    settings = Settings(sqlite_url, tmp_path / "artifacts")
+
+    assert print_study(settings, "flat")
+    assert f"warning: {expected}" in " ".join(capsys.readouterr().out.split())
+    compared = command(sqlite_url, "compare", "flat")
+    assert "winner: lstm" in compared and f"warning: {expected}" in " ".join(compared.split())
+    assert json.loads(command(sqlite_url, "compare", "flat", "--json"))["no_better_than_baseline"] == ["mogrifier"]
+    with serve_app(settings) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
+        assert client.get("/studies/flat/comparison").json()["no_better_than_baseline"] == ["mogrifier"]
+        page = client.get("/dashboard/studies/flat/comparison").text
+        assert f'id="baseline-warning">warning: {expected}</p>' in page
+        assert "Unigram baseline (word frequencies alone): 123.250." in page
+
+
+@pytest.mark.parametrize(("unit", "baseline", "scores", "behind"), [
+    ("perplexity", Baseline(50.0), {"lstm": 49.9, "mogrifier": 50.0, "rlstm": None}, ["mogrifier"]),
+    ("bpc", Baseline(2.0 ** 4.5), {"lstm": 4.49, "mogrifier": 4.51}, ["mogrifier"]),  # 4.5 bits per character
+    ("perplexity", Baseline(None, "no folder at /gone"), {"lstm": 1e9}, []),  # unknown: nothing is claimed
+])
+def test_a_family_beats_the_baseline_only_below_it_in_its_unit(unit, baseline, scores, behind):
+    found = Comparison(study="s", unit=unit, winner=None, winner_by="", families=[
+        FamilyResult(family=family, complete_tuning_trials=1, best_tuning=score, final_trial_ids=[])
+        for family, score in scores.items()])
+    assert found.no_better_than(baseline) == behind
+    assert baseline_warning([]) is None

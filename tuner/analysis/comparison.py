@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, RerunCount, family_tallies, rerun_counts, tally
-from lm_tuner.tuner.analysis.study_facts import is_provisional, validation_label, validation_tokens
+from lm_tuner.tuner.analysis.study_facts import (
+    Baseline,
+    is_provisional,
+    no_better_than_baseline,
+    validation_label,
+    validation_tokens,
+)
 from lm_tuner.tuner.run.stages import final_trials, top_trials
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store.engine import sessions
@@ -126,6 +133,24 @@ class Comparison:
     tuning_validation: str = "full"  # which validation set the tuning scores are on, e.g. "subset of 2,000 tokens"
     verdict: str = ""  # the winner and why, or why there is none yet
     margin: Margin | None = None  # the winner's over the runner-up, where there is a winner and a runner-up
+
+    def no_better_than(self, baseline: Baseline) -> list[str]:
+        """The families whose validation score (of the final models, else of the best tuning run) does not beat the
+        unigram baseline."""
+        def loss(row: FamilyResult) -> float | None:
+            score = row.valid.mean if row.valid is not None else row.best_tuning
+            if score is None:
+                return None
+            return score * math.log(2) if self.unit == "bpc" else math.log(score)
+
+        return no_better_than_baseline(baseline, {row.family: loss(row) for row in self.families})
+
+
+def comparison_document(found: Comparison, baseline: Baseline) -> dict[str, Any]:
+    """The comparison as `tuner compare --json` prints it and the API returns it: with the unigram baseline of the
+    corpus, and the families that do not beat it."""
+    return asdict(found) | {"unigram_baseline": asdict(baseline),
+                            "no_better_than_baseline": found.no_better_than(baseline)}
 
 
 def comparison(url: str, name: str) -> Comparison | None:

@@ -1,9 +1,11 @@
 """What a report says beside a study's numbers: whether its status makes them provisional, which validation
-set the tuning scores are on, and the unigram baseline of its corpus (the score of word frequencies alone)."""
+set the tuning scores are on, the unigram baseline of its corpus (the score of word frequencies alone), and which
+families do not beat it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,3 +75,21 @@ def unigram_baseline(spec: dict[str, Any]) -> Baseline:
         return Baseline(float(unigram_perplexity(load_corpus(config))))
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         return Baseline(None, f"its corpus cannot be read here ({' '.join(str(error).split())})")
+
+
+def no_better_than_baseline(baseline: Baseline, losses: Mapping[str, float | None]) -> list[str]:
+    """The families whose validation loss (nats per token; None: no result yet) is not below the unigram baseline's:
+    they predict no better than the corpus's word frequencies. None where the baseline is unknown."""
+    if baseline.loss is None:
+        return []
+    return [family for family, loss in losses.items() if loss is not None and loss >= baseline.loss]
+
+
+def baseline_warning(families: Sequence[str]) -> str | None:
+    """What a report says of the families `no_better_than_baseline` found, if any."""
+    if not families:
+        return None
+    names = ", ".join(families)
+    verb = "does" if len(families) == 1 else "do"
+    return (f"{names} {verb} not beat the unigram baseline (word frequencies alone): too few training steps, or "
+            f"searched ranges without a working learning rate; such a score says nothing about the architecture")

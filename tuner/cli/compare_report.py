@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from lm_tuner.tuner.analysis.comparison import Comparison, Estimate, FamilyResult
-from lm_tuner.tuner.analysis.study_facts import Baseline
+from lm_tuner.tuner.analysis.study_facts import Baseline, baseline_warning
 from lm_tuner.tuner.cli.common import PlainTable, console, unclipped
 
 TRAINING_MARK = "†"  # a validation score from training (the tuning score), not from the test protocol
@@ -69,6 +69,9 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
             console.print(found.margin.sentence(found.unit), markup=False)
     else:
         console.print(found.verdict, style="yellow", markup=False)
+    warning = baseline_warning(found.no_better_than(baseline))
+    if warning:
+        console.print(f"warning: {warning}", style="yellow", markup=False)
 
 
 def _mean(estimate: Estimate | None, number: str) -> str:

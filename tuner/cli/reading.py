@@ -155,9 +155,7 @@ def compare(
     and without MC dropout and dynamic evaluation, mean ± sd over the reruns, and the winner: named only once
     every planned rerun of every family has finished, with its margin over the runner-up and that margin's 95%
     interval (Welch's t over the seeds; where both have two seeds or more)."""
-    from dataclasses import asdict
-
-    from lm_tuner.tuner.analysis.comparison import comparison
+    from lm_tuner.tuner.analysis.comparison import comparison, comparison_document
     from lm_tuner.tuner.analysis.study_facts import study_baseline
     from lm_tuner.tuner.cli.compare_report import print_comparison
 
@@ -167,7 +165,7 @@ def compare(
         no_such_study(settings, name, 1)
     baseline = study_baseline(Storage(settings.storage_url).study(name))
     if json_output:
-        print(json.dumps(asdict(found) | {"unigram_baseline": asdict(baseline)}, indent=2))
+        print(json.dumps(comparison_document(found, baseline), indent=2))
         return
     print_comparison(found, baseline)
 

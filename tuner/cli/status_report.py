@@ -8,7 +8,14 @@ import json
 from dataclasses import asdict
 
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, family_tallies, rerun_counts, tally
-from lm_tuner.tuner.analysis.study_facts import Baseline, is_provisional, study_baseline, validation_label
+from lm_tuner.tuner.analysis.study_facts import (
+    Baseline,
+    baseline_warning,
+    is_provisional,
+    no_better_than_baseline,
+    study_baseline,
+    validation_label,
+)
 from lm_tuner.tuner.cli.common import PlainTable, console, duration_text, score_name, unclipped
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
@@ -36,7 +43,12 @@ def print_study(settings: Settings, name: str, *, as_json: bool = False, every_t
         return True
     unit = unit_of(study.spec)
     _print_heading(study, unit, baseline)
-    _print_families(study, tallies, Storage(url).best_trials(name), unit)
+    best = Storage(url).best_trials(name)
+    _print_families(study, tallies, best, unit)
+    warning = baseline_warning(no_better_than_baseline(baseline, {family: _full_or_tuning_loss(best.get(family))
+                                                                 for family in study.families}))
+    if warning:
+        console.print(f"warning: {warning}", style="yellow", markup=False)
     hidden = False
     for family in study.families:
         hidden |= _print_ranked(url, study, family, tally(tallies, family, "tune"), unit, every_trial)
@@ -144,3 +156,10 @@ def _full(trial: TrialView | None, unit: Unit) -> str:
     if trial is None:
         return "-"
     return "-" if trial.full_value is None else f"{unit.of(trial.full_value):.3f}"
+
+
+def _full_or_tuning_loss(trial: TrialView | None) -> float | None:
+    """A best trial's loss on the whole validation split where it was rescored, else its tuning score."""
+    if trial is None:
+        return None
+    return trial.full_value if trial.full_value is not None else trial.value
