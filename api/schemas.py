@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lm_tuner.tuner.run.sensitivity import POINTS, SEEDS
 from lm_tuner.tuner.store import BaselineOut, StudyOut, TrialOut, TurnRecord
 
 
@@ -220,8 +221,9 @@ class SensitivityIn(BaseModel):
 
     parameter: str = Field(max_length=64, pattern=IDENTIFIER,
                            description="the hyperparameter to move (one the family searched)")
-    seeds: int = Field(3, ge=1, le=20, description="training seeds per moved value")
-    points: int = Field(5, ge=2, le=21, description="moved values across best ± 15% of the range")
+    seeds: int = Field(3, ge=SEEDS.start, le=SEEDS.stop - 1, description="training seeds per moved value")
+    points: int = Field(5, ge=POINTS.start, le=POINTS.stop - 1,
+                        description="moved values across best ± 15% of the range")
     family: str | None = Field(None, max_length=32, pattern=IDENTIFIER,
                                description="whose best to move; default: the best family")
 

@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from lm_tuner.tuner.analysis.sensitivity import sensitivity_runs
 from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.run.queue import run_worker
-from lm_tuner.tuner.run.sensitivity import SensitivityError, moved_values
+from lm_tuner.tuner.run.sensitivity import SensitivityError, moved_values, plan_sensitivity
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.space import rerun_seed
@@ -82,6 +82,18 @@ def test_cli_reruns_the_best_with_the_parameter_moved_and_reports_the_effect(tun
     assert again.returncode == 0 and "0 new run(s)" in again.stdout  # nothing is run twice
     refused = tuner("sensitivity", arguments[0], "--parameter", "num_layers", *arguments[3:], cwd=tmp_path)
     assert refused.returncode == 2 and "allowed: a hyperparameter searched for lstm (learning_rate)" in refused.stderr
+    endless = tuner("sensitivity", *arguments[:5], "--points", "1000000", *arguments[7:], cwd=tmp_path)
+    assert endless.returncode == 2 and "points: got 1000000; allowed: 2 to 21" in endless.stderr  # before a run
+
+
+@pytest.mark.parametrize(("seeds", "points", "refused"), [(0, 5, "seeds: got 0; allowed: 1 to 20"),
+                                                          (21, 5, "seeds: got 21; allowed: 1 to 20"),
+                                                          (1, 22, "points: got 22; allowed: 2 to 21")])
+def test_a_request_beyond_the_limits_queues_nothing(tuned, seeds, points, refused):
+    before = len(sensitivity_runs(tuned.storage_url, "moved", "learning_rate"))
+    with pytest.raises(SensitivityError, match=refused):
+        plan_sensitivity(tuned.storage_url, "moved", "learning_rate", seeds=seeds, points=points)
+    assert len(sensitivity_runs(tuned.storage_url, "moved", "learning_rate")) == before
 
 
 @pytest.mark.slow

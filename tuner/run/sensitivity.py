@@ -36,6 +36,8 @@ from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 SPAN = 0.15  # of the searched range, either side of the best value
 MOVED, MOVED_TO = "sensitivity_parameter", "sensitivity_value"  # user attributes of each run
 STAGE = "sensitivity"
+SEEDS = range(1, 21)  # training seeds per moved value a request may ask for
+POINTS = range(2, 22)  # moved values a request may ask for: at most 21 x 20 = 420 runs
 
 class SensitivityError(ValueError):
     """A request that cannot be served; the message names the field, the value and what is allowed."""
@@ -80,9 +82,9 @@ def plan_sensitivity(url: str, name: str, parameter: str, *, seeds: int, points:
     if spec_data is None:
         raise KeyError(name)
     spec = StudySpec.model_validate(spec_data)
-    if seeds < 1 or points < 2:
-        raise SensitivityError("seeds" if seeds < 1 else "points",
-                               f"got {seeds if seeds < 1 else points}; allowed: at least 1 seed and 2 points")
+    for field, count, allowed in (("seeds", seeds, SEEDS), ("points", points, POINTS)):
+        if count not in allowed:
+            raise SensitivityError(field, f"got {count}; allowed: {allowed.start} to {allowed.stop - 1}")
     family = family or _best_family(url, spec)
     if family not in spec.families:
         raise SensitivityError("family", f"got {family!r}; allowed: {', '.join(spec.families)}")
