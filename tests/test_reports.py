@@ -311,3 +311,15 @@ def test_export_writes_into_new_folders_and_refuses_a_folder_as_its_file(sqlite_
     refused = CliRunner().invoke(app, ["export", "exported", "-o", str(tmp_path), "--storage", sqlite_url])
     assert refused.exit_code == 2 and f"--output: {tmp_path} is a folder; give a file name" in refused.output
 
+
+
+def test_best_refuses_a_download_folder_it_cannot_write_before_copying(sqlite_url, tmp_path):
+    add_study(sqlite_url, "kept", status="complete")
+    trial(sqlite_url, "kept", "lstm", "COMPLETE", 2.0)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    for folder, problem in ((a_file, f"{a_file} is a file; give a folder"),
+                            (a_file / "inside", f"cannot make the folder {a_file / 'inside'} (Not a directory)")):
+        result = CliRunner().invoke(app, ["best", "kept", "--storage", sqlite_url, "--download", str(folder)],
+                                    env={"COLUMNS": "250"})
+        assert result.exit_code == 2 and f"error: --download: {problem}" in result.output, result.output

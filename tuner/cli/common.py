@@ -150,6 +150,18 @@ def output_file(path: Path, option: str) -> Path:
     return path
 
 
+def output_folder(path: Path, option: str) -> Path:
+    """`path` as a folder to write into, made where missing, before any work is done; else a refusal naming
+    `option`."""
+    if path.exists() and not path.is_dir():
+        refuse(f"{option}: {path} is a file; give a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        refuse(f"{option}: cannot make the folder {path} ({error.strerror})")
+    return path
+
+
 def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
     """The problems of a spec, one line each, with file, line and field (the first `shown` of them)."""
     for issue in error.issues[:shown]:

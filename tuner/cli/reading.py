@@ -17,6 +17,7 @@ from lm_tuner.tuner.cli.common import (
     fail,
     no_such_study,
     output_file,
+    output_folder,
     refuse,
     score_name,
     settings_for_reading,
@@ -86,6 +87,8 @@ def best(
     spec = Storage(settings.storage_url).study(name).spec
     label, unit = validation_label(spec), unit_of(spec)
     root = study_artifacts(settings, name, artifacts)
+    if download:
+        output_folder(download, "--download")
     copies = {family: _download(root / trial.checkpoint.path, trial, download)
               for family, trial in found.items() if download and trial and trial.checkpoint}
     if json_output:
@@ -134,7 +137,6 @@ def _download(checkpoint: artifact_store.Location, trial: TrialView, folder: Pat
     the one recorded when it was written."""
     if not artifact_store.exists(checkpoint):
         fail(f"--download: no checkpoint at {checkpoint}; give the artifact store with --artifacts", 1)
-    folder.mkdir(parents=True, exist_ok=True)
     copy = folder / f"{trial.study}-{trial.family}-{trial.number}.pt".replace("/", "-")
     with copy.open("wb") as handle:
         for chunk in artifact_store.chunks(checkpoint):
