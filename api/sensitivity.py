@@ -13,11 +13,10 @@ from lm_tuner.api.schemas import EffectPoint, SensitivityIn, SensitivityOut, Sen
 from lm_tuner.dashboards import figure_json, sensitivity_figure
 from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
 from lm_tuner.tuner.run.sensitivity import SensitivityError, plan_sensitivity
-from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import unit_of
-from lm_tuner.tuner.store import Storage
+from lm_tuner.tuner.store import Storage, top_trials
 
 router = APIRouter(tags=["sensitivity"])
 

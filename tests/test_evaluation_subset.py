@@ -28,7 +28,7 @@ from lm_tuner.trainers.training_run import TrainingRun
 from lm_tuner.trainers.validation_cut import subset_streams
 from lm_tuner.tuner.run.controller import connect_ray, launch_study
 from lm_tuner.tuner.run.recorder import StudyRecorder
-from lm_tuner.tuner.run.stages import run_full_validations, top_trials
+from lm_tuner.tuner.run.stages import run_full_validations
 from lm_tuner.tuner.run.trial import checkpoint_relative_path
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
@@ -36,7 +36,7 @@ from lm_tuner.tuner.spec.estimate import validation_tokens_per_turn
 from lm_tuner.tuner.store.documents import TrialOut
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
 from lm_tuner.tuner.store.schema import TrialRecord, TurnRecord
-from lm_tuner.tuner.store.trials import get_trial
+from lm_tuner.tuner.store.trials import get_trial, top_trials
 from tests.conftest import TINY_SPEC
 
 CPU = torch.device("cpu")

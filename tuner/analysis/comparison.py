@@ -25,10 +25,10 @@ from lm_tuner.tuner.analysis.study_facts import (
     validation_label,
     validation_tokens,
 )
-from lm_tuner.tuner.run.stages import final_trials, top_trials
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord
+from lm_tuner.tuner.store.trials import final_trials, top_trials
 
 KINDS = ("deterministic", "mc", "dynamic", "dynamic_mc")
 
@@ -231,7 +231,7 @@ def _verdict(spec: StudySpec, tallies, reruns: dict[str, RerunCount], results: l
 
 def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: FamilyTally,
                    reruns: RerunCount | None) -> FamilyResult:
-    finals = final_trials(url, spec, family)
+    finals = final_trials(url, spec.name, family, reruns=spec.reruns is not None)
     best = top_trials(url, spec.name, family, "tune", 1)
     with sessions(url)() as session:
         evaluations = session.scalars(select(EvaluationRecord).where(

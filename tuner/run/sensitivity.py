@@ -23,7 +23,6 @@ from sqlalchemy import select
 from lm_tuner.trainers import load_corpus
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, TrialRegistrar
-from lm_tuner.tuner.run.stages import top_trials
 from lm_tuner.tuner.run.trial import run_trial
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -32,6 +31,7 @@ from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
+from lm_tuner.tuner.store.trials import top_trials
 
 SPAN = 0.15  # of the searched range, either side of the best value
 MOVED, MOVED_TO = "sensitivity_parameter", "sensitivity_value"  # user attributes of each run

@@ -34,17 +34,9 @@ from lm_tuner.tuner.store.ledger import settled_trials
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.schema import EvaluationRecord, TrialRecord
+from lm_tuner.tuner.store.trials import final_trials, top_trials
 
 FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
-
-
-def top_trials(url: str, study: str, family: str, stage: str, count: int) -> list[TrialRecord]:
-    """The best complete trials of one family and stage, by validation loss."""
-    with sessions(url)() as session:
-        return list(session.scalars(
-            select(TrialRecord).where(TrialRecord.study_name == study, TrialRecord.family == family,
-                                      TrialRecord.stage == stage, TrialRecord.state == "COMPLETE")
-            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(count)))
 
 
 def run_reruns(spec: StudySpec, vocab_size: int, settings: Settings, callbacks: Sequence[tune.Callback]) -> None:
@@ -85,20 +77,11 @@ def _rerun_experiment(spec: StudySpec, family: str, vocab_size: int, settings: S
     )
 
 
-def final_trials(url: str, spec: StudySpec, family: str) -> list[TrialRecord]:
-    """The trials whose checkpoints the comparison is made on: the reruns, else the best tuning trial."""
-    if spec.reruns is not None:
-        with sessions(url)() as session:
-            return list(session.scalars(select(TrialRecord).where(
-                TrialRecord.study_name == spec.name, TrialRecord.family == family, TrialRecord.stage == "rerun",
-                TrialRecord.state == "COMPLETE").order_by(TrialRecord.value)))
-    return top_trials(url, spec.name, family, "tune", 1)
-
-
 def evaluated_trials(url: str, spec: StudySpec) -> list[TrialRecord]:
     """The trials whose checkpoints are evaluated after tuning: the final ones, and each family's best tuning run."""
-    targets = [trial for family in spec.families for trial in final_trials(url, spec, family)]
-    if spec.reruns is not None:  # the single best tuning run is reported too
+    reruns = spec.reruns is not None
+    targets = [trial for family in spec.families for trial in final_trials(url, spec.name, family, reruns=reruns)]
+    if reruns:  # the single best tuning run is reported too
         targets += [best for family in spec.families for best in top_trials(url, spec.name, family, "tune", 1)]
     return targets
 
@@ -162,7 +145,7 @@ def run_stage_two(spec: StudySpec, family: str, settings: Settings, callbacks: S
     then its best settings evaluated on validation and test."""
     url = settings.storage_url
     stage = spec.dynamic_evaluation
-    for parent in final_trials(url, spec, family)[:stage.top]:
+    for parent in final_trials(url, spec.name, family, reruns=spec.reruns is not None)[:stage.top]:
         logit_scale = _evaluation(url, parent.trial_id, "deterministic").logit_scale
         checkpoint = str(_checkpoint(settings, spec, parent))
         optuna_name = optuna_study_name(spec.name, family, "dyneval", str(parent.trial_id))

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # loaded where a column is converted: the reports that show single scores skip 0.3 s of imports
+    import numpy as np
+    import pandas as pd
+
+LARGEST_EXP_ARGUMENT = math.log(1.7976931348623157e308)  # beyond it a float's exp is infinite
 
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 
@@ -19,11 +22,18 @@ class Unit:
     title: str
 
     def convert(self, losses: pd.Series | np.ndarray) -> np.ndarray:
+        import numpy as np
+
         values = np.asarray(losses, dtype=float)
         return values / math.log(2) if self.name == "bpc" else np.exp(values)
 
     def of(self, loss: float | None) -> float | None:
-        return None if loss is None else float(self.convert(np.array([loss]))[0])
+        """One score, as `convert` gives it (an infinite perplexity for a loss beyond a float's exp)."""
+        if loss is None:
+            return None
+        if self.name == "bpc":
+            return loss / math.log(2)
+        return math.inf if loss > LARGEST_EXP_ARGUMENT else math.exp(loss)
 
 
 def is_character_level(dataset: dict[str, Any]) -> bool:

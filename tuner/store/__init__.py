@@ -29,4 +29,5 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={  # e
     "tokens": ["TokenError"],
     "schema": ["TrialRecord", "TurnRecord", "STUDY_STATUSES"],
     "studies": ["study_artifacts", "in_study_store"],
+    "trials": ["top_trials"],
 })

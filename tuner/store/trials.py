@@ -1,5 +1,6 @@
 """Trials read from Optuna's tables and the project's own in SQL, a page at a time, with their hyperparameters
-and best checkpoint."""
+and best checkpoint; and the records of a family's best and final trials, which the later stages and the comparison
+start from."""
 
 from __future__ import annotations
 
@@ -152,3 +153,23 @@ def _trials_with_params_by_id() -> Select:
 def _params_by_trial() -> Select:
     return (select(_params.c.trial_id, _params.c.param_name, _params.c.param_value, _params.c.distribution_json)
             .where(_params.c.trial_id.in_(bindparam("ids", expanding=True))).order_by(_params.c.param_id))
+
+
+def top_trials(url: str, study: str, family: str, stage: str, count: int) -> list[TrialRecord]:
+    """The best complete trials of one family and stage, by validation loss."""
+    with sessions(url)() as session:
+        return list(session.scalars(
+            select(TrialRecord).where(TrialRecord.study_name == study, TrialRecord.family == family,
+                                      TrialRecord.stage == stage, TrialRecord.state == "COMPLETE")
+            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(count)))
+
+
+def final_trials(url: str, study: str, family: str, *, reruns: bool) -> list[TrialRecord]:
+    """The trials whose checkpoints the comparison is made on: the complete reruns where the spec asks for `reruns`,
+    else the best tuning trial."""
+    if reruns:
+        with sessions(url)() as session:
+            return list(session.scalars(select(TrialRecord).where(
+                TrialRecord.study_name == study, TrialRecord.family == family, TrialRecord.stage == "rerun",
+                TrialRecord.state == "COMPLETE").order_by(TrialRecord.value)))
+    return top_trials(url, study, family, "tune", 1)
