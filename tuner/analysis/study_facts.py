@@ -79,7 +79,7 @@ def unigram_baseline(spec: dict[str, Any]) -> Baseline:
 
 def no_better_than_baseline(baseline: Baseline, losses: Mapping[str, float | None]) -> list[str]:
     """The families whose validation loss (nats per token; None: no result yet) is not below the unigram baseline's:
-    they predict no better than the corpus's word frequencies. None where the baseline is unknown."""
+    they predict no better than the corpus's word frequencies. None are named where the baseline is unknown."""
     if baseline.loss is None:
         return []
     return [family for family, loss in losses.items() if loss is not None and loss >= baseline.loss]
