@@ -16,7 +16,6 @@ namespace package lm_tuner), so that the machine's speed that hour weighs on eve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.cell_throughput import describe_cpu
+from benchmarks.cell_throughput import describe_cpu, emit_json
 
 STUDY = "quickstart"
 COMMANDS = {
@@ -101,10 +100,7 @@ def main() -> None:
         "interpreter_start": {"command": REFERENCE, "seconds_median": reference},
         "commands": {name: measured(name) for name in COMMANDS},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
+    emit_json(result, args.output)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ time, the core-seconds it had (wall time x the cores its trials use at once) and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import create_engine, text
 
-from benchmarks.cell_throughput import describe_cpu
+from benchmarks.cell_throughput import describe_cpu, emit_json
 
 TRIALS = text("""
     SELECT t.trial_id, t.number, s.study_name, t.datetime_start, t.datetime_complete, t.state
@@ -125,10 +124,7 @@ def main() -> None:
         "study": study_account(accounts, started, ended, cores_used(space)),
         "trials": [{**account, "began": str(account["began"]), "ended": str(account["ended"])} for account in accounts],
     }
-    text_out = json.dumps(result, indent=2)
-    print(text_out)
-    if args.output:
-        args.output.write_text(text_out + "\n")
+    emit_json(result, args.output)
 
 
 if __name__ == "__main__":
