@@ -4,6 +4,7 @@ character-level ones (docs/methodology.md, evaluation)."""
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ if TYPE_CHECKING:  # loaded where a column is converted: the reports that show s
     import numpy as np
     import pandas as pd
 
-LARGEST_EXP_ARGUMENT = math.log(1.7976931348623157e308)  # beyond it a float's exp is infinite
+LARGEST_EXP_ARGUMENT = math.log(sys.float_info.max)  # beyond it a float's exp is infinite
 
 CHARACTER_LEVEL_CORPORA = ("ptb-char", "enwik8", "text8")  # scored in bits per character
 
