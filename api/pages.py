@@ -16,7 +16,7 @@ from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
 from lm_tuner.tuner.analysis.comparison import comparison
 from lm_tuner.tuner.analysis.sensitivity import measured_effect, pending_runs, sensitivity_runs
-from lm_tuner.tuner.analysis.study_facts import baseline_warning, study_baseline
+from lm_tuner.tuner.analysis.study_facts import Baseline, baseline_warning, study_baseline
 from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -147,10 +147,12 @@ def static(filename: str) -> FileResponse:
     return FileResponse(path, media_type="text/javascript" if path.suffix == ".js" else None, headers=headers)
 
 
-def _study(found: StudyView) -> dict[str, Any]:
+def _study(found: StudyView, baseline: Baseline | None = None) -> dict[str, Any]:
+    """The study as the pages show it; `baseline`, where the caller has it already (read from the corpus, it can
+    take seconds), else its own."""
     unit = unit_of(found.spec)
     best = None if found.best is None else unit.of(found.best.value)
-    baseline = study_baseline(found)
+    baseline = baseline or study_baseline(found)
     return {**StudyOut.of(found).model_dump(), "unit": unit.name, "unit_title": unit.title, "best_score": best,
             "best_possible_score": unit.of(found.best_possible_loss), "warnings": found.warnings,
             "unigram_score": unit.of(baseline.loss), "unigram_unknown_because": baseline.unknown_because}
@@ -179,8 +181,9 @@ def _trials(config: Settings, name: str, state: str | None, family: str | None, 
 def _comparison(config: Settings, name: str) -> dict[str, Any]:
     found, compared = study_or_404(config, name), comparison(config.storage_url, name)
     margin = compared.margin.sentence(compared.unit) if compared.margin else None
-    return {"study": _study(found), "comparison": asdict(compared), "margin": margin,
-            "baseline_warning": baseline_warning(compared.no_better_than(study_baseline(found)))}
+    baseline = study_baseline(found)
+    return {"study": _study(found, baseline), "comparison": asdict(compared), "margin": margin,
+            "baseline_warning": baseline_warning(compared.no_better_than(baseline))}
 
 
 def _trial(config: Settings, trial_id: int) -> dict[str, Any]:
