@@ -8,6 +8,7 @@ import io
 import json
 import math
 import statistics
+from pathlib import Path
 
 import httpx
 import pandas
@@ -312,6 +313,21 @@ def test_export_writes_into_new_folders_and_refuses_a_folder_as_its_file(sqlite_
     assert refused.exit_code == 2 and f"--output: {tmp_path} is a folder; give a file name" in refused.output
 
 
+def test_export_refuses_a_file_it_cannot_write_before_reading_the_study(sqlite_url, tmp_path):
+    """Where no file can be made whatever the permission bits say (root passes them): a folder of /proc, and a file
+    there that takes no writes. Each used to fail at the end of the work with a bare traceback."""
+    for unwritable in ("/proc/trials.csv", "/proc/version"):
+        refused = CliRunner().invoke(app, ["export", "absent", "-o", unwritable, "--storage", sqlite_url],
+                                     env={"COLUMNS": "250"})
+        assert refused.exit_code == 2, refused.output  # 1 would be "no such study": the study was not read first
+        assert f"error: --output: cannot write {unwritable} (" in refused.output
+    kept = tmp_path / "kept.csv"
+    kept.write_text("earlier rows\n")
+    CliRunner().invoke(app, ["export", "absent", "-o", str(kept), "--storage", sqlite_url])
+    assert kept.read_text() == "earlier rows\n"
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".lm-tuner")]  # the check left no file
+
+
 
 def test_best_refuses_a_download_folder_it_cannot_write_before_copying(sqlite_url, tmp_path):
     add_study(sqlite_url, "kept", status="complete")
@@ -319,7 +335,8 @@ def test_best_refuses_a_download_folder_it_cannot_write_before_copying(sqlite_ur
     a_file = tmp_path / "notes.txt"
     a_file.write_text("")
     for folder, problem in ((a_file, f"{a_file} is a file; give a folder"),
-                            (a_file / "inside", f"cannot make the folder {a_file / 'inside'} (Not a directory)")):
+                            (a_file / "inside", f"cannot make the folder {a_file / 'inside'} (Not a directory)"),
+                            (Path("/proc"), "cannot write in the folder /proc (")):  # root passes its permission bits
         result = CliRunner().invoke(app, ["best", "kept", "--storage", sqlite_url, "--download", str(folder)],
                                     env={"COLUMNS": "250"})
         assert result.exit_code == 2 and f"error: --download: {problem}" in result.output, result.output

@@ -4,6 +4,7 @@ settings and stored studies, and stopping cleanly on a signal."""
 import contextlib
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
@@ -139,14 +140,21 @@ def refuse(problem: object) -> NoReturn:
 
 
 def output_file(path: Path, option: str) -> Path:
-    """`path`, checked before any work is done: not a folder, its folder made where missing; else a refusal naming
-    `option`."""
+    """`path`, checked before any work is done: not a folder, its folder made where missing, and written there for
+    real (a file it may replace, else a folder it may add to); else a refusal naming `option`."""
     if path.is_dir():
         refuse(f"{option}: {path} is a folder; give a file name")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         refuse(f"{option}: cannot make the folder {path.parent} ({error.strerror})")
+    try:
+        if path.exists():
+            path.open("ab").close()  # appending nothing leaves its content as it is
+        else:
+            _try_writing_in(path.parent)
+    except OSError as error:
+        refuse(f"{option}: cannot write {path} ({error.strerror})")
     return path
 
 
@@ -159,7 +167,18 @@ def output_folder(path: Path, option: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         refuse(f"{option}: cannot make the folder {path} ({error.strerror})")
+    try:
+        _try_writing_in(path)
+    except OSError as error:
+        refuse(f"{option}: cannot write in the folder {path} ({error.strerror})")
     return path
+
+
+def _try_writing_in(folder: Path) -> None:
+    """Raises OSError where no file can be made in `folder`. Its permission bits cannot tell: root passes them, and a
+    folder of a special filesystem (/proc, a read-only mount) may allow no new file whatever they say."""
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".lm-tuner-probe-"):
+        pass
 
 
 def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
