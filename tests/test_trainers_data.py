@@ -230,6 +230,15 @@ def test_fetch_failure_says_how_to_get_the_files_by_hand(tmp_path: Path) -> None
         fetch_dataset(missing, tmp_path / "cache")
 
 
+def test_a_cache_folder_that_cannot_be_made_is_named_with_where_to_keep_datasets(tmp_path: Path) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    dataset = RegisteredDataset("tiny", (tmp_path / "tiny.tgz").as_uri(), "ptb", {"ptb.train.txt": "ptb.train.txt"},
+                                "tiny")
+    with pytest.raises(RuntimeError, match=rf"folder {a_file}/tiny \(Not a directory\); .*LM_TUNER_DATA"):
+        fetch_dataset(dataset, a_file)
+
+
 def test_registry_lists_the_six_datasets_with_their_layouts() -> None:
     assert sorted(REGISTRY) == ["enwik8", "ptb", "ptb-char", "text8", "wikitext-103", "wikitext-2"]
     assert set(typing.get_args(RegisteredName)) == set(REGISTRY)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lm_tuner.trainers.archives import extract_members
 from lm_tuner.trainers.checksums import CHECKSUMS, check_digest, read_checksums, verify_checksums, write_checksums
-from lm_tuner.trainers.files import default_cache_dir, sha256_of
+from lm_tuner.trainers.files import CACHE_VARIABLE, default_cache_dir, sha256_of
 from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
 
 
@@ -163,7 +163,12 @@ def fetch_dataset(dataset: RegisteredDataset, cache_dir: Path | None = None) -> 
 
 
 def _download(dataset: RegisteredDataset, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RuntimeError(f"dataset {dataset.name!r}: cannot make the folder {folder} ({error.strerror}); keep "
+                           f"datasets in a folder you can write: ${CACHE_VARIABLE}, or `tuner data fetch "
+                           f"--cache-dir`") from error
     archive = folder / f".{dataset.archive_name}.{os.getpid()}"
     try:
         with urllib.request.urlopen(dataset.url, timeout=60) as response, archive.open("wb") as handle:
