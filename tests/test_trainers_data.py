@@ -109,6 +109,19 @@ def test_text_format_by_character_reads_utf8_with_any_line_break(tmp_path: Path)
         read_corpus(TEXT_LAYOUTS["char"].sources(folder), "characters", "unk", "latin-1 test")
 
 
+@pytest.mark.parametrize("level", ["word", "char"])
+def test_a_byte_order_mark_opening_a_file_is_not_text(tmp_path: Path, level: str) -> None:
+    """Windows editors open UTF-8 files with one: it was glued to the first word (another type than the same word
+    elsewhere) or read as a character of its own."""
+    plain = load_corpus(TextDatasetConfig(path=str(write_text(tmp_path / "plain", "hi yo\nyo hi\n", "hi\n", "yo\n")),
+                                          format="text", level=level))
+    marked = write_text(tmp_path / "marked", "\ufeffhi yo\r\nyo hi\r\n", "\ufeffhi\n", "\ufeffyo\n")
+    read = load_corpus(TextDatasetConfig(path=str(marked), format="text", level=level))
+    assert read.vocabulary.tokens == plain.vocabulary.tokens
+    assert [read.train.tolist(), read.valid.tolist(), read.test.tolist()] == \
+        [plain.train.tolist(), plain.valid.tolist(), plain.test.tolist()]
+
+
 def test_text_format_fields_name_what_is_allowed() -> None:
     with pytest.raises(ValidationError, match="'word' or 'char'") as caught:
         dataset_from_dict({"path": "/data", "format": "text", "level": "words"})

@@ -37,14 +37,18 @@ SPLITS = ("train", "valid", "test")
 Tokenisation = Literal["lines", "bytes", "characters"]
 UnknownTokens = Literal["error", "unk", "add"]
 
+UTF8 = "utf-8-sig"  # UTF-8 that drops a byte-order mark opening the file (Windows editors write one), which
+# would otherwise be glued to the first word, or be a character of its own
+
 TOKENISATIONS: dict[str, tuple[str, str]] = {
     "lines": ("words", "the runs of non-whitespace characters of each line (Python's `str.split`), then `<eos>` "
-                       "for the line break (a last line without one gets it too); a blank line is a lone `<eos>`"),
+                       "for the line break (a last line without one gets it too); a blank line is a lone `<eos>`; "
+                       "a byte-order mark opening the file is not text"),
     "bytes": ("bytes", "every byte is a token (named by its decimal value) and the newline byte is `<eos>`; "
                        "the file is not decoded"),
     "characters": ("characters", "every Unicode character of each line is a token, spaces and tabs included, then "
                                  "`<eos>` for the line break (`\\n`, `\\r\\n` or `\\r`; a last line without one "
-                                 "gets it too)"),
+                                 "gets it too); a byte-order mark opening the file is not text"),
 }
 """What each tokenisation makes tokens of, and how, in the words of the spec reference."""
 
@@ -76,7 +80,7 @@ class Tokeniser(Protocol):
 class LineTokeniser:
     def counts(self, source: TextSource) -> dict[str, int]:
         counts: Counter[str] = Counter()
-        with _whole_file(source).open(encoding="utf-8") as handle:
+        with _whole_file(source).open(encoding=UTF8) as handle:
             for line in handle:
                 counts.update(line.split())
                 counts[EOS] += 1
@@ -84,7 +88,7 @@ class LineTokeniser:
 
     def encode(self, source: TextSource, index: dict[str, int], unk: int | None) -> tuple[Tensor, set[str]]:
         ids, unknown = array("q"), set()
-        with _whole_file(source).open(encoding="utf-8") as handle:
+        with _whole_file(source).open(encoding=UTF8) as handle:
             for line in handle:
                 for token in (*line.split(), EOS):
                     token_id = index.get(token, unk)
@@ -123,7 +127,7 @@ class CharacterTokeniser:
 
     @staticmethod
     def _code_points(source: TextSource) -> np.ndarray:
-        text = _whole_file(source).read_text(encoding="utf-8")  # universal newlines: \r\n and \r read as \n
+        text = _whole_file(source).read_text(encoding=UTF8)  # universal newlines: \r\n and \r read as \n
         if text and not text.endswith("\n"):
             text += "\n"
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
