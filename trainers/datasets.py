@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from lm_tuner.trainers.checksums import CHECKSUMS, verify_checksums
 from lm_tuner.trainers.corpus import Corpus
+from lm_tuner.trainers.files import default_cache_dir
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
 from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, Layout, fetch_dataset, registered
 from lm_tuner.trainers.text import UnknownTokens, read_corpus
@@ -165,9 +166,33 @@ def known_vocabulary_size(config: DatasetConfig) -> int | None:
     return None
 
 
-@lru_cache(maxsize=4)
 def load_corpus(config: DatasetConfig) -> Corpus:
-    """Build (or fetch from this process's cache) the corpus a configuration describes."""
+    """Build the corpus a configuration describes, or take it from this process's cache while its files are as they
+    were (size and modification time): a long-lived process (the API, a worker) reads changed files again."""
+    return _read_corpus_of(config, _files_state(config))
+
+
+def _files_state(config: DatasetConfig) -> tuple[tuple[str, int, int] | None, ...]:
+    """(path, modification time, size) of each file a configuration's corpus is read from; None for a missing one."""
+    if isinstance(config, LocalDatasetConfig | TextDatasetConfig):
+        folder, names = Path(config.path).expanduser(), local_layout(config).files
+    elif isinstance(config, RegisteredDatasetConfig):
+        folder, names = default_cache_dir() / config.name, LAYOUTS[registered(config.name).layout].files
+    else:  # generated: its configuration is all of it
+        return ()
+    return tuple(_file_state(folder / name) for name in (*names, CHECKSUMS))
+
+
+def _file_state(path: Path) -> tuple[str, int, int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return str(path), status.st_mtime_ns, status.st_size
+
+
+@lru_cache(maxsize=4)
+def _read_corpus_of(config: DatasetConfig, files_state: tuple[tuple[str, int, int] | None, ...]) -> Corpus:
     if isinstance(config, MarkovCorpusConfig):
         return markov_corpus(config)
     if isinstance(config, ReverseCopyConfig):

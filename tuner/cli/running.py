@@ -103,11 +103,19 @@ def resume(
 def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size: int | None = None) -> None:
     """Runs the study and prints its summary; with `vocab_size` (a launch), the plan's warnings too."""
     from lm_tuner.tuner.cli.progress import live_progress
-    from lm_tuner.tuner.run.controller import StudyConflict, StudyRefused, launch_study, refuse_mismatched_artifacts
+    from lm_tuner.tuner.run.controller import (
+        StudyConflict,
+        StudyRefused,
+        launch_study,
+        prepared_corpus,
+        refuse_mismatched_artifacts,
+        refuse_other_corpus,
+    )
 
-    try:  # before the header, which names the store the study would write to
+    try:  # before the header, which names the store the study would write to and the data it would read
         refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
-    except StudyConflict as error:
+        refuse_other_corpus(settings.storage_url, spec.name, prepared_corpus(spec))
+    except (StudyConflict, StudyRefused) as error:
         refuse(error)
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "

@@ -67,10 +67,11 @@ def launch_study(
     """Create (or continue) the study and run it to the end; returns its final status. Its data and budget are
     checked first: a study that cannot run is refused (StudyRefused) before anything is stored. Once the study is
     claimed, `while_ray_starts` (if given) runs in a thread of its own while Ray starts (see connect_ray_while)."""
-    prepared_corpus(spec)
+    corpus = prepared_corpus(spec)
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
     refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
+    refuse_other_corpus(settings.storage_url, spec.name, corpus)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
         return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
@@ -119,6 +120,19 @@ def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot
                             f"the study another name, or use another artifact store (--artifacts)")
 
 
+def refuse_other_corpus(url: str, name: str, corpus: Corpus) -> None:
+    """StudyConflict where the study has run on other tokens than `corpus` holds: its files changed since, they are
+    read another way, or this machine holds other files at the same path. Continued, the study would compare trials
+    trained and scored on two corpora."""
+    with sessions(url)() as session:
+        recorded = session.scalar(select(StudyRecord.corpus_digest).where(StudyRecord.name == name))
+    if recorded is not None and recorded != corpus.digest:
+        raise StudyConflict(f"dataset: {corpus.description} is not the data study {name!r} ran on (token digest "
+                            f"{corpus.digest[:12]}, recorded {recorded[:12]}): its files changed, or they are read "
+                            f"another way, since the study started. Restore them to continue it, or launch a new "
+                            f"study on this data")
+
+
 def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) -> None:
     """Record this process as the study's controller, creating the study if it is new."""
     spec_data = spec.model_dump(mode="json")
@@ -150,9 +164,11 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     try:
         corpus = prepared_corpus(spec)
         refuse_mismatched_artifacts(url, spec.name, settings.artifact_root)  # a queued study, claimed by a worker
+        refuse_other_corpus(url, spec.name, corpus)
         vocab_size = len(corpus.vocabulary)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
+            record.corpus_digest = corpus.digest
             record.best_possible_loss = corpus.best_cross_entropy
             record.unigram_perplexity = unigram_perplexity(corpus)
             record.artifact_root = recorded_form(settings.artifact_root)  # where `tuner best` finds checkpoints

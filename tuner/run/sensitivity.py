@@ -23,7 +23,7 @@ from sqlalchemy import select
 from lm_tuner.trainers import load_corpus
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, TrialRegistrar
-from lm_tuner.tuner.run.trial import run_trial
+from lm_tuner.tuner.run.trial import run_trial, training_job
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, rerun_seed
@@ -132,7 +132,7 @@ def run_queued_sensitivity(spec: StudySpec, settings: Settings, callbacks: Seque
             study=spec.name, family=family, optuna_name=optuna_name, trials=pending,
             space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
             trainable=run_trial,
-            job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
+            job=training_job(spec, str(settings.artifact_root)),
             registrar=TrialRegistrar(spec, family, vocab_size, url, stage=STAGE),
             resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
             concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,

@@ -25,7 +25,7 @@ from lm_tuner.tuner.run.evaluation_jobs import (
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment, run_experiments
 from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
 from lm_tuner.tuner.run.strategies import make_sampler
-from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial
+from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial, training_job
 from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, rerun_seed
@@ -71,7 +71,7 @@ def _rerun_experiment(spec: StudySpec, family: str, vocab_size: int, settings: S
         study=spec.name, family=family, optuna_name=optuna_name,
         trials=len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))),
         space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
-        trainable=run_trial, job=_training_job(spec, settings),
+        trainable=run_trial, job=training_job(spec, str(settings.artifact_root)),
         registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun"),
         resources=_resources(spec), concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
     )
@@ -201,10 +201,6 @@ def _evaluation(url: str, trial_id: int, kind: str) -> EvaluationRecord | None:
 def _checkpoint(settings: Settings, spec: StudySpec, trial: TrialRecord) -> ArtifactRoot:
     return settings.artifact_root / checkpoint_relative_path(spec.name, trial.family, trial.number,
                                                              stage=trial.stage)
-
-
-def _training_job(spec: StudySpec, settings: Settings) -> dict[str, Any]:
-    return {"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)}
 
 
 def _resources(spec: StudySpec) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any
@@ -32,18 +33,31 @@ def configure_torch(spec: StudySpec, threads: float) -> None:
     torch.set_float32_matmul_precision(spec.resources.float32_matmul_precision)
 
 
+def training_job(spec: StudySpec, artifact_root: str) -> dict[str, Any]:
+    """What every training trial of a study is given beside its sampled configuration (run_trial's `job`), with the
+    digest of the tokens this process reads, which each trial checks its own read against."""
+    return {"spec": spec.model_dump(mode="json"), "artifact_root": artifact_root,
+            "corpus_digest": load_corpus(spec.dataset).digest}
+
+
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point.
 
     `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id",
     "seed", "stage"};
-    `job` is fixed for the whole family study: the spec and the artifact root (a folder, or an object-storage
-    URL the worker writes to directly).
+    `job` is fixed for the whole family study (training_job): the spec, the artifact root (a folder, or an
+    object-storage URL the worker writes to directly) and the digest of the corpus as the controller read it.
     """
     spec = StudySpec.model_validate(job["spec"])
     family, number = config["family"], config["number"]
     configure_torch(spec, spec.resources.cpus_per_trial)
     corpus = load_corpus(spec.dataset)
+    if corpus.digest != job["corpus_digest"]:  # a Ray node with other files at the path, or files changed since
+        tune.report({FAILED: f"dataset: {corpus.description} on {socket.gethostname()} is not the data the study's "
+                             f"controller read (token digest {corpus.digest[:12]}, the controller's "
+                             f"{job['corpus_digest'][:12]}); give every machine the same files",
+                     OBJECTIVE: math.inf, TURN: 0})
+        return
     try:
         setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
         _train(spec, family, number, config.get("stage", "tune"), setup, corpus, job["artifact_root"])

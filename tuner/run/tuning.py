@@ -13,7 +13,7 @@ from lm_tuner.tuner.run.experiment import Experiment, run_experiments
 from lm_tuner.tuner.run.registration import TrialRegistrar
 from lm_tuner.tuner.run.reporting import OBJECTIVE, TURN
 from lm_tuner.tuner.run.strategies import make_sampler, make_scheduler
-from lm_tuner.tuner.run.trial import run_trial
+from lm_tuner.tuner.run.trial import run_trial, training_job
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, initial_points
@@ -45,7 +45,7 @@ def tuning_experiment(spec: StudySpec, family: str, vocab_size: int, settings: S
         settled=settled, space=distributions(spec, family),
         sampler=make_sampler(spec.tuning.sampler, spec.tuning.seed, spec.tuning.startup_trials),
         trainable=run_trial,
-        job={"spec": spec.model_dump(mode="json"), "artifact_root": str(settings.artifact_root)},
+        job=training_job(spec, str(settings.artifact_root)),
         registrar=TrialRegistrar(spec, family, vocab_size, url),
         resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
         concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,

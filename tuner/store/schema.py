@@ -69,6 +69,7 @@ class StudyRecord(Base):
     controller: Mapped[str | None] = mapped_column(String(128))  # host:pid of the process running it
     best_possible_loss: Mapped[float | None] = mapped_column(Float)  # known for generated corpora
     unigram_perplexity: Mapped[float | None] = mapped_column(Float)  # of its validation split, once its corpus is read
+    corpus_digest: Mapped[str | None] = mapped_column(String(64))  # of its tokens (corpus_digest), once first run
     error: Mapped[str | None] = mapped_column(Text)
     artifact_root: Mapped[str | None] = mapped_column(Text)  # where its checkpoints are stored
     warnings: Mapped[list[str] | None] = mapped_column(JSON)  # what its run warned about, e.g. evaluation's share
