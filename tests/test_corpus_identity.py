@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from lm_tuner.trainers import load_corpus
 from lm_tuner.trainers.datasets import TextDatasetConfig
-from lm_tuner.tuner.run import controller, trial
+from lm_tuner.tuner.run import controller, evaluation_jobs, trial
 from lm_tuner.tuner.run.controller import StudyConflict, launch_study, run_claimed_study
 from lm_tuner.tuner.run.reporting import FAILED
 from lm_tuner.tuner.settings import Settings
@@ -120,5 +120,39 @@ def test_a_trial_reading_other_tokens_than_its_controller_fails_without_training
 
     trial.run_trial({"family": "lstm", "number": 0, "params": {"learning_rate": 0.003}, "seed": 0}, job)
 
-    assert len(reports) == 1 and reports[0][FAILED].startswith("dataset: text files (word level) in ")
+    assert len(reports) == 1 and reports[0][FAILED].startswith("OtherCorpus: dataset: text files (word level) in ")
     assert "is not the data the study's controller read" in reports[0][FAILED]
+
+
+@pytest.fixture
+def moved_corpus(tiny_spec, tmp_path, one_torch_thread) -> tuple[dict, str, str]:
+    """A study's spec, its controller's corpus digest and a checkpoint path, after the files at its dataset's path
+    changed: what a Ray node with other files there reads."""
+    folder = write_corpus(tmp_path / "data")
+    spec = parse_spec(tiny_spec(dataset={"path": str(folder), "format": "text"}))
+    digest = trial.corpus_digest(spec)
+    write_corpus(folder, seed=1)
+    return spec.model_dump(mode="json"), digest, str(tmp_path / "absent.pt")
+
+
+@pytest.mark.parametrize("task", [
+    lambda data, digest, checkpoint: evaluation_jobs.run_test_protocol(data, digest, checkpoint, 1),
+    lambda data, digest, checkpoint: evaluation_jobs.run_full_validation(data, digest, checkpoint, 1),
+    lambda data, digest, checkpoint: evaluation_jobs.run_dynamic_test(data, digest, checkpoint, {}, 1.0, None, 1),
+], ids=["test protocol", "full validation", "dynamic test"])
+def test_an_evaluation_task_on_other_tokens_than_its_controllers_is_refused(moved_corpus, task):
+    with pytest.raises(trial.OtherCorpus, match="is not the data the study's controller read"):
+        task(*moved_corpus)  # before the checkpoint is read: there is none
+
+
+def test_a_stage_two_trial_on_other_tokens_than_its_controllers_fails_with_the_reason(moved_corpus, monkeypatch):
+    data, digest, checkpoint = moved_corpus
+    monkeypatch.setattr(evaluation_jobs, "_adaptable", lambda *args: (None, []))  # no checkpoint to adapt
+    monkeypatch.setattr(evaluation_jobs, "dynamic_cross_entropy", lambda *args, **kwargs: pytest.fail("scored"))
+    reports: list[dict] = []
+    monkeypatch.setattr(evaluation_jobs.tune, "report", reports.append)
+
+    evaluation_jobs.run_dynamic_evaluation_trial({"params": {}}, {"spec": data, "corpus_digest": digest,
+                                                                  "checkpoint": checkpoint, "logit_scale": 1.0})
+
+    assert len(reports) == 1 and reports[0][FAILED].startswith("OtherCorpus: dataset: text files (word level) in ")

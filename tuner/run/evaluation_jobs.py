@@ -28,41 +28,41 @@ from lm_tuner.trainers import (
 )
 from lm_tuner.trainers.evaluation import streams
 from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
-from lm_tuner.tuner.run.trial import configure_torch
+from lm_tuner.tuner.run.trial import configure_torch, study_corpus
 from lm_tuner.tuner.spec import StudySpec
 
 
-def run_test_protocol(spec_data: dict[str, Any], checkpoint: str, threads: int) -> dict[str, Any]:
+def run_test_protocol(spec_data: dict[str, Any], corpus_digest: str, checkpoint: str, threads: int) -> dict[str, Any]:
     """Deterministic (and, if asked, Monte-Carlo at each multiplier) validation and test losses of a checkpoint."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
     settings = spec.evaluation
-    result = evaluate_checkpoint(checkpoint, load_corpus(spec.dataset), bptt=settings.bptt,
+    result = evaluate_checkpoint(checkpoint, study_corpus(spec, corpus_digest), bptt=settings.bptt,
                                  search_temperature=settings.temperature, mc_samples=settings.mc_samples,
                                  mc_multipliers=settings.mc_multipliers, device=default_device())
     return asdict(result)
 
 
-def run_full_validation(spec_data: dict[str, Any], checkpoint: str, threads: int) -> float:
+def run_full_validation(spec_data: dict[str, Any], corpus_digest: str, checkpoint: str, threads: int) -> float:
     """A checkpoint's loss on the whole validation split, scored as a turn scores it (the schedule's
     eval_batch_size and bptt), so that it stands in for the subset loss it was chosen by."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
+    schedule, valid = spec.training, study_corpus(spec, corpus_digest).valid
     model = load_checkpoint(checkpoint, default_device()).model
-    schedule, valid = spec.training, load_corpus(spec.dataset).valid
     if schedule.search_temperature:
         return searched_streams_cross_entropy(model, streams(model, valid, schedule.eval_batch_size),
                                               schedule.bptt).loss
     return cross_entropy(model, valid, schedule.eval_batch_size, schedule.bptt)
 
 
-def run_dynamic_test(spec_data: dict[str, Any], checkpoint: str, params: dict[str, Any], logit_scale: float,
-                     monte_carlo: tuple[float, float] | None, threads: int) -> dict[str, float]:
+def run_dynamic_test(spec_data: dict[str, Any], corpus_digest: str, checkpoint: str, params: dict[str, Any],
+                     logit_scale: float, monte_carlo: tuple[float, float] | None, threads: int) -> dict[str, float]:
     """Dynamic evaluation of both splits with the chosen settings, and with MC at `monte_carlo` (the multiplier and
     the logit scale the test protocol chose for MC) if given."""
     spec = StudySpec.model_validate(spec_data)
     configure_torch(spec, threads)
-    corpus = load_corpus(spec.dataset)
+    corpus = study_corpus(spec, corpus_digest)
     model, rms = _adaptable(spec, checkpoint)
     config = DynamicEvaluationConfig(**params)
     losses = {split: dynamic_cross_entropy(model, getattr(corpus, split), rms, config, logit_scale=logit_scale)
@@ -81,11 +81,11 @@ def run_dynamic_evaluation_trial(config: dict[str, Any], job: dict[str, Any]) ->
     spec = StudySpec.model_validate(job["spec"])
     configure_torch(spec, spec.resources.cpus_per_trial)
     model, rms = _adaptable(spec, job["checkpoint"])
-    corpus = load_corpus(spec.dataset)
     try:
+        corpus = study_corpus(spec, job["corpus_digest"])
         loss = dynamic_cross_entropy(model, corpus.valid, rms, DynamicEvaluationConfig(**config["params"]),
                                      logit_scale=job["logit_scale"])
-    except ValueError as error:  # settings the adaptation cannot run with: recorded, not retried
+    except ValueError as error:  # other data, or settings the adaptation cannot run with: recorded, not retried
         tune.report({FAILED: f"{type(error).__name__}: {error}", OBJECTIVE: math.inf, TURN: 0})
         return
     if not math.isfinite(loss):

@@ -25,7 +25,7 @@ from lm_tuner.tuner.run.evaluation_jobs import (
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment, run_experiments
 from lm_tuner.tuner.run.registration import PARENT, SEED, DynamicEvaluationRegistrar, TrialRegistrar
 from lm_tuner.tuner.run.strategies import make_sampler
-from lm_tuner.tuner.run.trial import checkpoint_relative_path, run_trial, training_job
+from lm_tuner.tuner.run.trial import checkpoint_relative_path, corpus_digest, run_trial, training_job
 from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import distributions, dynamic_evaluation_distributions, rerun_seed
@@ -95,8 +95,8 @@ def run_full_validations(spec: StudySpec, settings: Settings) -> None:
     url = settings.storage_url
     pending = [trial for trial in evaluated_trials(url, spec) if trial.val_subset and trial.full_value is None]
     task = ray.remote(run_full_validation).options(**_task_resources(spec))
-    futures = {trial.trial_id: task.remote(spec.model_dump(mode="json"), str(_checkpoint(settings, spec, trial)),
-                                           int(spec.resources.cpus_per_trial))
+    futures = {trial.trial_id: task.remote(spec.model_dump(mode="json"), corpus_digest(spec),
+                                           str(_checkpoint(settings, spec, trial)), int(spec.resources.cpus_per_trial))
                for trial in pending}
     for trial_id, future in futures.items():
         loss = ray.get(future)
@@ -115,8 +115,8 @@ def run_test_protocols(spec: StudySpec, settings: Settings) -> None:
     if not pending:
         return
     task = ray.remote(run_test_protocol).options(**_task_resources(spec))
-    futures = {trial_id: task.remote(spec.model_dump(mode="json"), str(_checkpoint(settings, spec, trial)),
-                                     int(spec.resources.cpus_per_trial))
+    futures = {trial_id: task.remote(spec.model_dump(mode="json"), corpus_digest(spec),
+                                     str(_checkpoint(settings, spec, trial)), int(spec.resources.cpus_per_trial))
                for trial_id, trial in pending.items()}
     settings_used = spec.evaluation.model_dump()
     for trial_id, future in futures.items():
@@ -156,7 +156,8 @@ def run_stage_two(spec: StudySpec, family: str, settings: Settings, callbacks: S
                 space=dynamic_evaluation_distributions(stage),
                 sampler=make_sampler(stage.sampler, spec.tuning.seed, stage.startup_trials),
                 trainable=run_dynamic_evaluation_trial,
-                job={"spec": spec.model_dump(mode="json"), "checkpoint": checkpoint, "logit_scale": logit_scale},
+                job={"spec": spec.model_dump(mode="json"), "corpus_digest": corpus_digest(spec),
+                     "checkpoint": checkpoint, "logit_scale": logit_scale},
                 registrar=DynamicEvaluationRegistrar(spec.name, family, parent.trial_id, url),
                 resources=_resources(spec), concurrency=spec.tuning.concurrency,
                 max_retries=spec.tuning.max_retries,
@@ -177,8 +178,8 @@ def _evaluate_dynamically(spec: StudySpec, parent: TrialRecord, optuna_name: str
     monte_carlo = None if static_mc is None else (
         static_mc.settings.get("chosen_multiplier", static_mc.settings.get("mc_multiplier")), static_mc.logit_scale)
     task = ray.remote(run_dynamic_test).options(**_task_resources(spec))
-    losses = ray.get(task.remote(spec.model_dump(mode="json"), checkpoint, best.params, logit_scale, monte_carlo,
-                                 int(spec.resources.cpus_per_trial)))
+    losses = ray.get(task.remote(spec.model_dump(mode="json"), corpus_digest(spec), checkpoint, best.params,
+                                 logit_scale, monte_carlo, int(spec.resources.cpus_per_trial)))
     settings_used = {"dynamic_evaluation": best.params, **spec.evaluation.model_dump()}
     records = [EvaluationRecord(trial_id=parent.trial_id, kind="dynamic", valid_loss=losses["valid"],
                                 test_loss=losses["test"], logit_scale=logit_scale, settings=settings_used,

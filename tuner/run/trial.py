@@ -33,11 +33,31 @@ def configure_torch(spec: StudySpec, threads: float) -> None:
     torch.set_float32_matmul_precision(spec.resources.float32_matmul_precision)
 
 
+class OtherCorpus(ValueError):
+    """This process reads other tokens at the study's dataset than the study's controller read."""
+
+
+def corpus_digest(spec: StudySpec) -> str:
+    """The digest of the study's tokens as this process (the controller) reads them: what every job on a worker
+    checks its own read against (study_corpus)."""
+    return load_corpus(spec.dataset).digest
+
+
+def study_corpus(spec: StudySpec, controller_digest: str) -> Corpus:
+    """The study's corpus as this process reads it, checked against the digest of its controller's read: a Ray node
+    with other files at the dataset's path, or files changed since, raise OtherCorpus instead of being trained or
+    scored on."""
+    corpus = load_corpus(spec.dataset)
+    if corpus.digest != controller_digest:
+        raise OtherCorpus(f"dataset: {corpus.description} on {socket.gethostname()} is not the data the study's "
+                          f"controller read (token digest {corpus.digest[:12]}, the controller's "
+                          f"{controller_digest[:12]}); give every machine the same files")
+    return corpus
+
+
 def training_job(spec: StudySpec, artifact_root: str) -> dict[str, Any]:
-    """What every training trial of a study is given beside its sampled configuration (run_trial's `job`), with the
-    digest of the tokens this process reads, which each trial checks its own read against."""
-    return {"spec": spec.model_dump(mode="json"), "artifact_root": artifact_root,
-            "corpus_digest": load_corpus(spec.dataset).digest}
+    """What every training trial of a study is given beside its sampled configuration (run_trial's `job`)."""
+    return {"spec": spec.model_dump(mode="json"), "artifact_root": artifact_root, "corpus_digest": corpus_digest(spec)}
 
 
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
@@ -51,14 +71,8 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     spec = StudySpec.model_validate(job["spec"])
     family, number = config["family"], config["number"]
     configure_torch(spec, spec.resources.cpus_per_trial)
-    corpus = load_corpus(spec.dataset)
-    if corpus.digest != job["corpus_digest"]:  # a Ray node with other files at the path, or files changed since
-        tune.report({FAILED: f"dataset: {corpus.description} on {socket.gethostname()} is not the data the study's "
-                             f"controller read (token digest {corpus.digest[:12]}, the controller's "
-                             f"{job['corpus_digest'][:12]}); give every machine the same files",
-                     OBJECTIVE: math.inf, TURN: 0})
-        return
     try:
+        corpus = study_corpus(spec, job["corpus_digest"])
         setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
         _train(spec, family, number, config.get("stage", "tune"), setup, corpus, job["artifact_root"])
     except (TrainingDiverged, ValueError) as error:
