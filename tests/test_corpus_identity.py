@@ -4,14 +4,18 @@ files at the path) fails with the reason instead of training. None of these test
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from lm_tuner.trainers import load_corpus
 from lm_tuner.trainers.datasets import TextDatasetConfig
+from lm_tuner.tuner.cli.app import app
 from lm_tuner.tuner.run import controller, evaluation_jobs, trial
 from lm_tuner.tuner.run.controller import StudyConflict, launch_study, run_claimed_study
 from lm_tuner.tuner.run.reporting import FAILED
@@ -19,6 +23,7 @@ from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import StudyRecord
+from tests.conftest import serve_app
 from tests.test_cli import tuner
 
 WORDS = [f"w{i}" for i in range(12)]
@@ -78,6 +83,20 @@ def test_a_launch_on_changed_files_is_refused_before_it_claims_the_study(no_tria
     write_corpus(folder, seed=0)  # restored: the study continues
     launch_study(parse_spec(document), document, settings)
     assert _recorded_digest(sqlite_url) == recorded
+
+
+def test_status_and_the_api_show_the_recorded_digest(no_trials, sqlite_url, tiny_spec, tmp_path):
+    folder = write_corpus(tmp_path / "data")
+    document = tiny_spec(dataset={"path": str(folder), "format": "text"})
+    launch_study(parse_spec(document), document, Settings(sqlite_url, tmp_path / "artifacts"))
+    digest = load_corpus(parse_spec(document).dataset).digest
+
+    shown = CliRunner().invoke(app, ["status", "tiny", "--storage", sqlite_url], env={"COLUMNS": "200"})
+    assert f"tokens: sha256 {digest}" in shown.output, shown.output
+    as_json = CliRunner().invoke(app, ["status", "tiny", "--json", "--storage", sqlite_url])
+    assert json.loads(as_json.output)["corpus_digest"] == digest
+    with serve_app(Settings(sqlite_url, tmp_path / "artifacts")) as base:
+        assert httpx.get(f"{base}/studies/tiny").json()["corpus_digest"] == digest
 
 
 def test_resume_on_changed_files_refuses_alone_before_its_header(no_trials, sqlite_url, tiny_spec, tmp_path):

@@ -74,6 +74,9 @@ def _print_heading(study: StudyView, unit: Unit, baseline: Baseline) -> None:
         console.print(f"unigram baseline: unknown ({baseline.unknown_because})", markup=False)
     else:
         console.print(f"unigram baseline: {score_name(unit)} {unit.of(baseline.loss):.3f} (word frequencies alone)")
+    if study.corpus_digest:
+        console.print(f"tokens: sha256 {study.corpus_digest} (a run on other tokens is refused)", style="dim",
+                      markup=False)
     if study.error:
         console.print(study.error, style="red", markup=False)  # stored text: never read as markup
     for warning in study.warnings:

@@ -101,6 +101,8 @@ class StudyOut(BaseModel):
     best_perplexity: float | None
     best_family: str | None
     best_possible_perplexity: float | None
+    corpus_digest: str | None = Field(description="SHA-256 of the study's tokens (vocabulary and the three streams), "
+                                                  "recorded when it first ran; a run on other tokens is refused")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

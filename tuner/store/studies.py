@@ -137,7 +137,7 @@ def _summary_query() -> Select:
             .order_by(TrialRecord.value, TrialRecord.trial_id).limit(1).scalar_subquery().label("best_trial_id"))
     return (select(StudyRecord.name, StudyRecord.status, StudyRecord.spec, StudyRecord.created_at,
                    StudyRecord.started_at, StudyRecord.finished_at, StudyRecord.error, StudyRecord.best_possible_loss,
-                   StudyRecord.unigram_perplexity, StudyRecord.warnings, *counts, best)
+                   StudyRecord.unigram_perplexity, StudyRecord.corpus_digest, StudyRecord.warnings, *counts, best)
             .outerjoin(TrialCountRecord, TrialCountRecord.study_name == StudyRecord.name))
 
 
@@ -166,6 +166,7 @@ def _study_view(row, best: TrialView | None, progress: StudyProgress) -> StudyVi
         error=row.error,
         best_possible_loss=row.best_possible_loss,
         unigram_perplexity=row.unigram_perplexity,
+        corpus_digest=row.corpus_digest,
         spec=spec,
         progress=progress,
         counts={state: getattr(row, f"count_{state}") for state in TRIAL_STATES},

@@ -92,6 +92,7 @@ class StudyView:
     error: str | None
     best_possible_loss: float | None
     unigram_perplexity: float | None  # of the validation split; None until its corpus has been read
+    corpus_digest: str | None  # SHA-256 of its tokens (Corpus.digest); None until it first runs
     spec: dict[str, Any]
     progress: StudyProgress
     counts: dict[str, int] = field(default_factory=dict)  # tuning trials by state
