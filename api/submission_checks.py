@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from lm_tuner.trainers import RegisteredDatasetConfig, default_cache_dir, registered
 from lm_tuner.trainers.datasets import known_vocabulary_size
-from lm_tuner.tuner.run.probe import DatasetUnavailable, vocabulary_size
+from lm_tuner.tuner.run.probe import DatasetUnavailable, data_warnings, vocabulary_size
 from lm_tuner.tuner.spec import SpecIssue, StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, submission_issues, task_issues
 from lm_tuner.tuner.spec.plan import study_warnings
@@ -26,7 +26,7 @@ def data_checks(spec: StudySpec) -> tuple[list[SpecIssue], list[str]]:
     except DatasetUnavailable as error:  # with what would fail at any vocabulary
         return [SpecIssue("dataset", error.problem), *submission_issues(spec)], []
     issues = budget_issues(spec, vocab_size) + task_issues(spec)
-    return issues, [] if issues else study_warnings(spec, vocab_size)
+    return issues, [] if issues else [*study_warnings(spec, vocab_size), *data_warnings(spec)]
 
 
 def _undownloaded_name(spec: StudySpec) -> str | None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
 import yaml
 
+from lm_tuner.api.submission_checks import data_checks
 from lm_tuner.models import FAMILIES, LanguageModel, ModelConfig, count_parameters
 from lm_tuner.models.budget import parameter_breakdown
 from lm_tuner.trainers import Schedule
+from lm_tuner.tuner.cli.running import _print_warnings
+from lm_tuner.tuner.run.probe import study_plan
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.estimate import CorpusSize, Machine, ProbeTiming, estimate_trial, with_estimates
@@ -197,3 +201,25 @@ def test_api_plans_and_returns_warnings_with_submissions(tmp_path):
         unreadable = {**TINY_SPEC, "dataset": {"path": str(tmp_path / "absent"), "format": "ptb"}}
         missing = client.post("/studies/plan", content=json.dumps(unreadable))
         assert missing.status_code == 422 and missing.json()["detail"][0]["field"] == "dataset"
+
+
+def test_data_mostly_out_of_vocabulary_is_warned_about_by_plan_launch_and_the_api(tmp_path):
+    """A min_count too high for the corpus left 2 types: nine tokens in ten of valid and test became <unk>, and
+    nothing said so."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for split, lines in (("train", 60), ("valid", 10), ("test", 10)):
+        (folder / f"{split}.txt").write_text("the cat sat on a mat\n" * lines)
+    scarce = {**TINY_SPEC, "dataset": {"path": str(folder), "format": "text", "min_count": 1000}}
+    plentiful = {**TINY_SPEC, "dataset": {"path": str(folder), "format": "text"}}
+
+    warned = study_plan(parse_spec(yaml.safe_dump(scarce)), probe=False).warnings
+    assert [w.split(" (")[0] for w in warned if w.startswith("dataset:")] == [
+        f"dataset: 85.7% of the {split} tokens are out of the vocabulary of 2 types" for split in ("valid", "test")]
+    assert not [w for w in study_plan(parse_spec(yaml.safe_dump(plentiful)), probe=False).warnings
+                if w.startswith("dataset:")]
+    issues, submitted = data_checks(parse_spec(yaml.safe_dump(scarce)))
+    assert not issues and sum("of the valid tokens are out of the vocabulary of 2 types" in w for w in submitted) == 1
+    printed: list[str] = []
+    _print_warnings(parse_spec(yaml.safe_dump(scarce)), 2, SimpleNamespace(print=printed.append))  # launch's
+    assert sum("of the test tokens are out of the vocabulary of 2 types" in line for line in printed) == 1

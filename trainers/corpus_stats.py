@@ -56,6 +56,20 @@ def out_of_vocabulary_rate(corpus: Corpus, split: str) -> float:
     return (~known[_split(corpus, split)]).double().mean().item()
 
 
+HIGH_OUT_OF_VOCABULARY = 0.25
+"""The out-of-vocabulary rate of valid or test above which a corpus is warned about (PTB's: 4.7% and 5.8%)."""
+
+
+def out_of_vocabulary_warnings(corpus: Corpus) -> list[str]:
+    """A warning per split of valid and test whose out-of-vocabulary rate is above HIGH_OUT_OF_VOCABULARY: a model of
+    such data mostly learns where <unk> falls, and its perplexity says little about the text."""
+    rates = {split: out_of_vocabulary_rate(corpus, split) for split in ("valid", "test")}
+    return [f"dataset: {rate:.1%} of the {split} tokens are out of the vocabulary of {len(corpus.vocabulary):,} types "
+            f"(<unk>, or missing from train), so scores on it mostly measure where <unk> falls; check min_count or "
+            f"unknown_tokens, and that train holds the text's vocabulary"
+            for split, rate in rates.items() if rate > HIGH_OUT_OF_VOCABULARY]
+
+
 def types_missing_from_train(corpus: Corpus) -> int:
     """Vocabulary types the training split never shows (a vocabulary built from every split can have them)."""
     return int((_training_counts(corpus) == 0).sum().item())

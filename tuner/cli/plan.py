@@ -29,7 +29,7 @@ def plan(
     parameters of the median shape go (embedding, recurrent layers, softmax), the trials, and, from the probe,
     the time per trial and for the study on this machine. Then the warnings: a small recurrent share or hidden
     size, a reverse-copy window too short for its examples, evaluation taking more than a quarter of a trial,
-    and what `launch` would refuse.
+    data mostly out of its vocabulary, and what `launch` would refuse.
 
     Creates nothing: no database, no Ray, no checkpoint. A dataset whose vocabulary the spec does not fix is read
     (a registered one is fetched into the data cache first, as a launch would). Exit status: 0 planned (with or

@@ -81,9 +81,10 @@ def _vocabulary_size_or_refuse(spec: "StudySpec") -> int:
 
 def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDisplay") -> None:
     """The plan's warnings (working them out takes about 1.5 s: the launch does it while Ray starts)."""
+    from lm_tuner.tuner.run.probe import data_warnings
     from lm_tuner.tuner.spec.plan import study_warnings
 
-    for warning in study_warnings(spec, vocab_size):
+    for warning in [*study_warnings(spec, vocab_size), *data_warnings(spec)]:
         display.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
+from lm_tuner.trainers.corpus_stats import out_of_vocabulary_warnings
 from lm_tuner.trainers.datasets import known_vocabulary_size
 from lm_tuner.trainers.evaluation import streams_cross_entropy
 from lm_tuner.trainers.temperature import search_windows, searched_streams_cross_entropy
@@ -62,12 +63,24 @@ def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
     timing and the seconds its probe took, as it is done). Raises DatasetUnavailable where the vocabulary (or, to
     probe, the corpus's size) needs the data."""
     if not probe:
-        return plan_study(spec, vocabulary_size(spec))
+        return _with_data_warnings(spec, plan_study(spec, vocabulary_size(spec)))
     size = corpus_size(spec)
-    planned = plan_study(spec, size.vocab_size)
+    planned = _with_data_warnings(spec, plan_study(spec, size.vocab_size))
     if probing is not None:
         probing()
     return probe_study(spec, planned, size, seconds, probed)
+
+
+def data_warnings(spec: StudySpec) -> list[str]:
+    """What the data itself is warned about, where it is read from files whose vocabulary the spec does not fix: most
+    of valid or test out of the vocabulary. Reads the corpus (cached): call it once the vocabulary size was read."""
+    if known_vocabulary_size(spec.dataset) is not None:
+        return []
+    return out_of_vocabulary_warnings(load_corpus(spec.dataset))
+
+
+def _with_data_warnings(spec: StudySpec, planned: StudyPlan) -> StudyPlan:
+    return planned.model_copy(update={"warnings": [*planned.warnings, *data_warnings(spec)]})
 
 
 def vocabulary_size(spec: StudySpec) -> int:
