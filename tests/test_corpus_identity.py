@@ -85,7 +85,7 @@ def test_a_launch_on_changed_files_is_refused_before_it_claims_the_study(no_tria
     assert _recorded_digest(sqlite_url) == recorded
 
 
-def test_status_and_the_api_show_the_recorded_digest(no_trials, sqlite_url, tiny_spec, tmp_path):
+def test_status_the_api_and_the_dashboard_show_the_recorded_digest(no_trials, sqlite_url, tiny_spec, tmp_path):
     folder = write_corpus(tmp_path / "data")
     document = tiny_spec(dataset={"path": str(folder), "format": "text"})
     launch_study(parse_spec(document), document, Settings(sqlite_url, tmp_path / "artifacts"))
@@ -97,6 +97,7 @@ def test_status_and_the_api_show_the_recorded_digest(no_trials, sqlite_url, tiny
     assert json.loads(as_json.output)["corpus_digest"] == digest
     with serve_app(Settings(sqlite_url, tmp_path / "artifacts")) as base:
         assert httpx.get(f"{base}/studies/tiny").json()["corpus_digest"] == digest
+        assert f'<b id="tokens" title="{digest}">{digest[:12]}…</b>' in httpx.get(f"{base}/dashboard/studies/tiny").text
 
 
 def test_resume_on_changed_files_refuses_alone_before_its_header(no_trials, sqlite_url, tiny_spec, tmp_path):
