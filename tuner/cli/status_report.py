@@ -75,8 +75,7 @@ def _print_heading(study: StudyView, unit: Unit, baseline: Baseline) -> None:
     else:
         console.print(f"unigram baseline: {score_name(unit)} {unit.of(baseline.loss):.3f} (word frequencies alone)")
     if study.corpus_digest:
-        console.print(f"tokens: sha256 {study.corpus_digest} (a run on other tokens is refused)", style="dim",
-                      markup=False)
+        console.print(f"tokens: sha256 {study.corpus_digest}", style="dim", markup=False)  # 79 columns: one line
     if study.error:
         console.print(study.error, style="red", markup=False)  # stored text: never read as markup
     for warning in study.warnings:
