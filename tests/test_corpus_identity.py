@@ -1,6 +1,7 @@
-"""A study runs on one corpus: the digest of its tokens is recorded when it first runs, a launch, resume or worker
-that reads other tokens is refused, and a trial that reads other tokens than its controller (a Ray node with other
-files at the path) fails with the reason instead of training. None of these tests starts Ray."""
+"""A study runs on one corpus: the digest of its tokens is recorded when it first runs (and shown), a launch, resume
+or worker that reads other tokens is refused, and a trial or evaluation that reads other tokens than its controller
+(a Ray node with other files at the path) fails with the reason instead of training or scoring. None of these tests
+starts Ray."""
 
 from __future__ import annotations
 
