@@ -109,13 +109,11 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size:
         StudyRefused,
         launch_study,
         prepared_corpus,
-        refuse_mismatched_artifacts,
-        refuse_other_corpus,
+        refuse_continuing_apart,
     )
 
     try:  # before the header, which names the store the study would write to and the data it would read
-        refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
-        refuse_other_corpus(settings.storage_url, spec.name, prepared_corpus(spec))
+        refuse_continuing_apart(settings, spec.name, prepared_corpus(spec))
     except (StudyConflict, StudyRefused) as error:
         refuse(error)
     console.print(

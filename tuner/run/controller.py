@@ -70,8 +70,7 @@ def launch_study(
     corpus = prepared_corpus(spec)
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
-    refuse_mismatched_artifacts(settings.storage_url, spec.name, settings.artifact_root)
-    refuse_other_corpus(settings.storage_url, spec.name, corpus)
+    refuse_continuing_apart(settings, spec.name, corpus)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
         return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
@@ -96,6 +95,13 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
 def recorded_form(artifact_root: ArtifactRoot) -> str:
     """How a study records its artifact store, and how another store is compared with it."""
     return str(artifact_root.resolve())
+
+
+def refuse_continuing_apart(settings: Settings, name: str, corpus: Corpus) -> None:
+    """StudyConflict where continuing the study here would split it in two: its checkpoints in two stores
+    (refuse_mismatched_artifacts), or its trials on two corpora (refuse_other_corpus)."""
+    refuse_mismatched_artifacts(settings.storage_url, name, settings.artifact_root)
+    refuse_other_corpus(settings.storage_url, name, corpus)
 
 
 def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot) -> None:
@@ -163,8 +169,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
     url = settings.storage_url
     try:
         corpus = prepared_corpus(spec)
-        refuse_mismatched_artifacts(url, spec.name, settings.artifact_root)  # a queued study, claimed by a worker
-        refuse_other_corpus(url, spec.name, corpus)
+        refuse_continuing_apart(settings, spec.name, corpus)  # a queued study, claimed by a worker
         vocab_size = len(corpus.vocabulary)
         with sessions(url).begin() as session:
             record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name))
