@@ -68,11 +68,30 @@ def _one_line_error(result: subprocess.CompletedProcess, *expected: str) -> None
         assert text in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("command", ["plan", "launch"])
+def test_a_space_that_is_not_a_regular_file_is_refused_at_once(tmp_path, command):
+    """A FIFO would make `open` wait for a writer forever, /dev/zero would never end: each is one line, exit 2."""
+    import socket as sockets
+
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    listening = sockets.socket(sockets.AF_UNIX)
+    listening.bind(str(tmp_path / "spec.sock"))
+    try:
+        for given, kind in [(fifo, "a FIFO (named pipe)"), (tmp_path, "a folder"), ("/dev/zero", "a character device"),
+                            (tmp_path / "spec.sock", "a socket")]:
+            refused = tuner(command, "--space", str(given), *(["--no-probe"] if command == "plan" else []),
+                            cwd=tmp_path, timeout=60)
+            _one_line_error(refused, f"--space: '{given}' is {kind}, not a file")
+    finally:
+        listening.close()
+
+
 def test_wrong_input_is_one_line_and_exit_2(tmp_path):
     binary = tmp_path / "model.pt"
     binary.write_bytes(b"\x80\x02PK\x00\x00" + bytes(range(256)))
     _one_line_error(tuner("launch", "--space", str(binary), cwd=tmp_path), str(binary), "not a text file")
-    _one_line_error(tuner("launch", "--space", str(tmp_path), cwd=tmp_path), "cannot read the spec file")
+    _one_line_error(tuner("launch", "--space", str(tmp_path), cwd=tmp_path), "--space", "is a folder")
     _one_line_error(tuner("launch", "--space", "absent.yaml", cwd=tmp_path), "absent.yaml",
                     "no such file or shipped space", "small/mogrifier_ptb")
     unknown = tmp_path / "unknown.yaml"

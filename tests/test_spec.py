@@ -132,6 +132,24 @@ def test_missing_file_is_a_spec_error(tmp_path):
         load_spec(tmp_path / "absent.yaml")
 
 
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    """read_spec checks the open descriptor, not only a stat before it: a path swapped for a FIFO is refused too."""
+    import os
+    import threading
+
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    raised = []
+    reader = threading.Thread(target=lambda: raised.append(pytest.raises(SpecError, load_spec, fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # let the thread's open return, then fail
+        with open(fifo, "wb"):
+            pass
+        pytest.fail("read_spec waited for a writer on a FIFO")
+    assert "a FIFO (named pipe), not a regular file" in str(raised[0].value)
+
+
 def test_matmul_precision_choices_and_their_effect_on_the_trial_process(tiny_spec, monkeypatch):
     import torch
 

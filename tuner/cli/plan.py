@@ -42,7 +42,7 @@ def plan(
     try:
         spec, _ = resolve_space(space).read()
     except UnknownSpace as error:  # before SpecError's ValueError
-        refuse(error)
+        refuse(f"--space: {error}")
     except SpecError as error:
         refuse_spec(error)
     try:

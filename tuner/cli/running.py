@@ -58,7 +58,7 @@ def launch(
         if impossible := task_issues(spec):
             raise SpecError(impossible, resolved.source)
     except UnknownSpace as error:  # before SpecError's ValueError
-        refuse(error)
+        refuse(f"--space: {error}")
     except SpecError as error:
         refuse_spec(error)
     settings = Settings.from_options(storage, artifacts, address)

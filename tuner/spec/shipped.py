@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from lm_tuner.tuner.spec.spec_file import NotARegularFile, refuse_special
+
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec.document import StudySpec
 
@@ -79,10 +81,17 @@ def shipped_space(name: str) -> ShippedSpace:
 
 def resolve_space(argument: str, *, cwd: Path | None = None) -> ResolvedSpace:
     """A `--space` argument: an existing path (relative to `cwd`, else the working directory, or absolute) first,
-    so a local file named like a shipped space wins; else the name of a shipped space (see shipped_space)."""
+    so a local file named like a shipped space wins; else the name of a shipped space (see shipped_space). A path
+    that is not a regular file (a folder, a FIFO, a device, a socket) is refused (UnknownSpace) before anything
+    opens it."""
     path = Path(argument)
     located = path if cwd is None else cwd / path  # an absolute `path` stays itself
     if located.exists():
+        try:
+            refuse_special(located)
+        except NotARegularFile as error:
+            raise UnknownSpace(f"{argument!r} is {error.kind}, not a file; give a study spec (a YAML or JSON file) "
+                               f"or the name of a shipped space (`tuner spaces` lists them)") from None
         return ResolvedSpace(source=str(located), path=located, shipped=None)
     try:
         space = shipped_space(argument)

@@ -23,6 +23,7 @@ from lm_tuner.tuner.spec.document import (
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS, families_of
 from lm_tuner.tuner.spec.issues import CONTROL_CHARACTER, SpecError, SpecIssue, field_name, issue_from_pydantic, line_of
 from lm_tuner.tuner.spec.residual import residual_ratio_issues
+from lm_tuner.tuner.spec.spec_file import NotARegularFile, open_regular
 from lm_tuner.tuner.spec.yaml_loader import DocumentError, load_document, shown
 
 
@@ -34,8 +35,11 @@ def read_spec(path: Path | str) -> tuple[StudySpec, str]:
     """A spec file validated, with its text (a study keeps the document as it was submitted)."""
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_SPEC_BYTES + 1)  # at most: `--space /dev/zero` must not read forever
+        with open_regular(path) as file:  # never a FIFO, which would wait for a writer forever
+            raw = file.read(MAX_SPEC_BYTES + 1)  # at most: a huge file is not read whole
+    except NotARegularFile as error:
+        raise SpecError([SpecIssue("", f"{error.kind}, not a regular file; a study spec is a YAML or JSON file")],
+                        str(path)) from error
     except OSError as error:
         raise SpecError([SpecIssue("", f"cannot read the spec file: {error.strerror}")], str(path)) from error
     if len(raw) > MAX_SPEC_BYTES:
