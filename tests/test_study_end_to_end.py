@@ -57,12 +57,17 @@ def test_two_trial_study_lands_in_the_database(ray_cluster, storage_url, tiny_sp
                                     .order_by(TurnRecord.turn)).all()
             assert [t.turn for t in turns] == [1, 2, 3]
             assert [t.step for t in turns] == [4, 8, 12]
+            # the compute account: tokens (steps x batch 8 x window 10) and CPU seconds, growing, on every turn
+            assert [t.tokens for t in turns] == [320, 640, 960]
+            assert 0 < turns[0].compute_seconds <= turns[1].compute_seconds <= turns[2].compute_seconds
+            assert all(t.reported_at is not None for t in turns)
             assert trial.value == min(t.val_loss for t in turns)
             assert trial.intermediate_values == {t.turn: t.best_val_loss for t in turns}
 
             record = session.get(TrialRecord, trial._trial_id)
             assert (record.family, record.number, record.fail_reason) == (family, 0, None)
             assert (record.state, record.value) == ("COMPLETE", trial.value)  # the ledger agrees with Optuna
+            assert (record.tokens, record.compute_seconds) == (960, turns[-1].compute_seconds)
             assert record.parameter_count <= spec.parameter_budget
             assert trial.user_attrs["parameter_count"] == record.parameter_count
             assert set(trial.params) == set(spec.searched_for(family))

@@ -58,6 +58,12 @@ def test_budget_in_steps_ends_with_a_partial_turn(corpus) -> None:
     assert [(t.turn, t.step, t.final) for t in result.turns] == [(1, 4, False), (2, 8, False), (3, 10, True)]
 
 
+def test_each_turn_reports_the_training_tokens_so_far(corpus) -> None:
+    result = train(tiny_model(corpus), TrainingConfig(schedule=Schedule(budget_steps=10, steps_per_turn=4,
+                                                                        batch_size=8, bptt=10)), corpus, device=CPU)
+    assert [t.tokens for t in result.turns] == [4 * 80, 8 * 80, 10 * 80]  # steps x batch x window
+
+
 def test_budget_in_epochs_stops_at_the_end_of_the_pass(corpus) -> None:
     # 6000 tokens in 8 streams: 750 rows, 749 of which start a window: 75 windows of up to 10 steps.
     config = TrainingConfig(schedule=Schedule(budget_epochs=1.0, steps_per_turn=50, batch_size=8, bptt=10))

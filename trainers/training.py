@@ -104,6 +104,7 @@ def train(
             val_subset=run.validation_subset,
             reversed_loss=memory and memory.reversed_loss, reversed_accuracy=memory and memory.reversed_accuracy,
             val_logit_scale=evaluated.logit_scale, setup_seconds=setup_seconds, fine_tuning=run.fine_tuning,
+            tokens=run.tokens,
         )
         run.reports.append(report)
         last_good = run.state_dict()

@@ -53,6 +53,8 @@ class TurnReport:
     """An improved turn that wrote the best checkpoint: the written file's SHA-256 (hex); else None."""
     checkpoint_bytes: int | None = None
     """Its size in bytes, with `checkpoint_sha256`."""
+    tokens: int = 0
+    """Training tokens (targets) the run's optimisation steps have consumed so far, over all its turns."""
     fine_tuning: bool = False
     """A turn of the fine-tuning stage that follows the main budget (schedule `fine_tuning`); its `val_loss` is of the
     average of every fine-tuning step so far."""

@@ -66,6 +66,7 @@ class TrainingRun:
         self.rows = schedule.batch_size * schedule.dropout_samples  # every stream once per dropout sample
         self.hidden = self.model.initial_state(self.rows)
         self.step = self.turn = self.best_turn = self.divergences = 0
+        self.tokens = 0  # training targets consumed by the optimisation steps so far
         self.validation_passes = 0  # weights scored on the validation streams, by every evaluation so far
         self.best_val_loss = math.inf
         self.best_weights: Weights | None = None  # kept only for fine-tuning to start from
@@ -144,6 +145,7 @@ class TrainingRun:
                 self.hidden = self.model.initial_state(self.rows)
             loss_sum += self._step(inputs, targets) * targets.numel()
             tokens += targets.numel()
+            self.tokens += targets.numel()
             if self.progress() >= 1:
                 break
         self.turn += 1
@@ -238,6 +240,7 @@ class TrainingRun:
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
             "step": self.step,
+            "tokens": self.tokens,
             "turn": self.turn,
             "best_val_loss": self.best_val_loss,
             "best_turn": self.best_turn,
@@ -264,6 +267,7 @@ class TrainingRun:
         if state["cuda_rng"] is not None:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.turn = state["step"], state["turn"]
+        self.tokens = state.get("tokens", 0)  # absent from states saved before tokens were counted
         self.best_val_loss, self.best_turn = state["best_val_loss"], state["best_turn"]
         best_weights = state.get("best_weights")
         self.best_weights = None if best_weights is None else [tensor.to(self.device, copy=True)

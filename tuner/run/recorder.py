@@ -23,7 +23,7 @@ from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialReco
 TURN_FIELDS = ("turn", "step", "train_loss", "val_loss", "best_val_loss", "tokens_per_second", "wall_seconds",
                "process_seconds", "averaging_length", "learning_rate", "epochs", "train_seconds", "eval_seconds",
                "val_tokens", "val_subset", "reversed_loss", "reversed_accuracy", "val_logit_scale",
-               "checkpoint_seconds", "setup_seconds", "fine_tuning")
+               "checkpoint_seconds", "setup_seconds", "fine_tuning", "tokens", "compute_seconds")
 
 EVALUATION_SHARE_LIMIT = 0.25
 """Beyond this share of a trial's time spent evaluating, the study is warned about (once)."""
@@ -56,6 +56,7 @@ class StudyRecorder(Callback):
             record = session.get(TrialRecord, trial_id)
             if record is not None:
                 record.turns_reported, record.wall_seconds = result["turn"], result["wall_seconds"]
+                record.tokens, record.compute_seconds = result.get("tokens"), result.get("compute_seconds")
                 record.val_tokens, record.val_subset = result["val_tokens"], result["val_subset"]
                 if result.get("improved"):
                     record.reversed_loss = result.get("reversed_loss")

@@ -60,6 +60,12 @@ def training_job(spec: StudySpec, artifact_root: str) -> dict[str, Any]:
     return {"spec": spec.model_dump(mode="json"), "artifact_root": artifact_root, "corpus_digest": corpus_digest(spec)}
 
 
+def compute_seconds(turn: TurnReport, gpus: float) -> float:
+    """The device time a run has used so far: GPU-seconds (wall-clock seconds times the GPUs it holds) on GPUs,
+    else CPU core-seconds (the training process's CPU time, all its threads), which other load does not inflate."""
+    return turn.wall_seconds * gpus if gpus > 0 else turn.process_seconds
+
+
 def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point.
 
@@ -89,8 +95,11 @@ def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSe
     checkpoint = artifact_store.join(artifact_root, relative)
     latest = artifact_store.join(artifact_root, checkpoint_relative_path(spec.name, family, number, "latest", stage))
 
+    gpus = spec.resources.gpus_per_trial
+
     def report(turn: TurnReport) -> None:
-        metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final}
+        metrics: dict[str, Any] = {**asdict(turn), "finished": turn.final,
+                                   "compute_seconds": compute_seconds(turn, gpus)}
         if turn.checkpoint_sha256 is not None:  # with its hash and size, as written (no read back)
             metrics["checkpoint_path"] = relative
         tune.report(metrics)

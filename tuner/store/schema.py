@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Float,
     Index,
@@ -73,6 +74,7 @@ class StudyRecord(Base):
     error: Mapped[str | None] = mapped_column(Text)
     artifact_root: Mapped[str | None] = mapped_column(Text)  # where its checkpoints are stored
     warnings: Mapped[list[str] | None] = mapped_column(JSON)  # what its run warned about, e.g. evaluation's share
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a compute-budgeted study's rungs, fixed at its start
 
 
 class TrialCountRecord(Base):
@@ -124,6 +126,8 @@ class TrialRecord(Base):
     full_value: Mapped[float | None] = mapped_column(Float)  # best checkpoint on the whole split (if val_subset)
     reversed_loss: Mapped[float | None] = mapped_column(Float)  # reverse-copy tasks: of its best turn, see TurnRecord
     reversed_accuracy: Mapped[float | None] = mapped_column(Float)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)  # training tokens up to its last report
+    compute_seconds: Mapped[float | None] = mapped_column(Float)  # CPU core- or GPU-seconds up to its last report
 
 
 class TurnRecord(Base):
@@ -153,6 +157,9 @@ class TurnRecord(Base):
     checkpoint_seconds: Mapped[float | None] = mapped_column(Float)  # this turn's checkpoint writes
     setup_seconds: Mapped[float | None] = mapped_column(Float)  # first turn of a process: model, state, kernels
     fine_tuning: Mapped[bool | None] = mapped_column()  # a turn of the fine-tuning stage (training.fine_tuning)
+    tokens: Mapped[int | None] = mapped_column(BigInteger)  # training tokens of the trial so far
+    compute_seconds: Mapped[float | None] = mapped_column(Float)  # CPU core- or GPU-seconds of the trial so far
+    reported_at: Mapped[datetime | None] = mapped_column(default=utcnow)  # when the controller recorded it
 
 
 class CheckpointRecord(Base):
