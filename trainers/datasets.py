@@ -24,7 +24,7 @@ from lm_tuner.trainers.checksums import CHECKSUMS, verify_checksums
 from lm_tuner.trainers.corpus import Corpus
 from lm_tuner.trainers.files import default_cache_dir
 from lm_tuner.trainers.generated import MarkovCorpusConfig, ReverseCopyConfig, markov_corpus, reverse_copy_corpus
-from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, Layout, fetch_dataset, registered
+from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, DatasetNotFetched, Layout, fetch_dataset, registered
 from lm_tuner.trainers.text import UnknownTokens, read_corpus
 
 RegisteredName = Literal["ptb", "ptb-char", "wikitext-2", "wikitext-103", "enwik8", "text8"]
@@ -164,6 +164,12 @@ def known_vocabulary_size(config: DatasetConfig) -> int | None:
     if isinstance(config, RegisteredDatasetConfig) and config.name == "ptb":
         return PTB_VOCABULARY_SIZE
     return None
+
+
+def unreadable_data(error: Exception) -> str:
+    """The one line a study whose data cannot be read is refused with, naming the field `dataset` once (a registered
+    dataset's own errors start with "dataset 'NAME':")."""
+    return str(error) if isinstance(error, DatasetNotFetched) else f"dataset: {error.args[0] if error.args else error}"
 
 
 def load_corpus(config: DatasetConfig) -> Corpus:

@@ -8,16 +8,15 @@ source), else trusted on first use and recorded in the dataset's SHA256SUMS; see
 
 from __future__ import annotations
 
-import os
 import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lm_tuner.trainers.archives import extract_members
-from lm_tuner.trainers.checksums import CHECKSUMS, check_digest, read_checksums, verify_checksums, write_checksums
-from lm_tuner.trainers.files import CACHE_VARIABLE, default_cache_dir, sha256_of
+from lm_tuner.trainers.cache_install import UnwritableCache, install_archive, staging_folder
+from lm_tuner.trainers.checksums import verify_checksums
+from lm_tuner.trainers.files import CACHE_VARIABLE, default_cache_dir
 from lm_tuner.trainers.text import SPLITS, TextSource, Tokenisation
 
 
@@ -152,43 +151,86 @@ def registered(name: str) -> RegisteredDataset:
     return REGISTRY[name]
 
 
+class DatasetNotFetched(RuntimeError):
+    """A registered dataset that is not in the cache and cannot be put there; the message names it once, and says how
+    to get it."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"dataset {name!r}: {problem}")
+
+
+def dataset_folder(dataset: RegisteredDataset, cache_dir: Path | None = None) -> Path:
+    return (cache_dir or default_cache_dir()) / dataset.name
+
+
+def is_fetched(dataset: RegisteredDataset, cache_dir: Path | None = None) -> bool:
+    """Whether the dataset's files are in the cache (not yet verified: reading it does that)."""
+    folder = dataset_folder(dataset, cache_dir)
+    return all((folder / name).is_file() for name in dataset.members)
+
+
+def how_to_get(dataset: RegisteredDataset, cache_dir: Path | None = None) -> str:
+    """How a user puts the dataset into the cache: downloaded by `tuner data fetch`, or imported from a copy."""
+    return f"`{_fetch_command(dataset, cache_dir)}` downloads it from {dataset.url}; {offline_copy(dataset, cache_dir)}"
+
+
+def offline_copy(dataset: RegisteredDataset, cache_dir: Path | None = None) -> str:
+    """How to import a copy downloaded on another machine: the archive, or its files laid flat or as in the archive."""
+    files = _listing(list(dataset.members))
+    folders = {member.rpartition("/")[0] for member in dataset.members.values()} - {""}
+    layout = f"laid flat or in the archive's folders ({', '.join(sorted(folders))}/)" if folders else "laid flat"
+    command = _fetch_command(dataset, cache_dir)
+    return (f"to import a copy downloaded elsewhere, `{command} --from {dataset.archive_name}` (the archive at "
+            f"{dataset.url}) or `{command} --from DIR` with DIR holding {files} {layout}")
+
+
+def _fetch_command(dataset: RegisteredDataset, cache_dir: Path | None) -> str:
+    where = f" --cache-dir {cache_dir}" if cache_dir is not None and cache_dir != default_cache_dir() else ""
+    return f"tuner data fetch {dataset.name}{where}"
+
+
+def _listing(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def fetch_dataset(dataset: RegisteredDataset, cache_dir: Path | None = None) -> Path:
-    """The verified folder of `dataset` in the cache, downloaded and extracted first if needed."""
-    folder = (cache_dir or default_cache_dir()) / dataset.name
-    if not all((folder / name).is_file() for name in dataset.members):
-        _download(dataset, folder)
+    """The verified folder of `dataset` in the cache, downloaded and extracted first if needed (a failed download
+    leaves nothing behind: DatasetNotFetched)."""
+    folder = dataset_folder(dataset, cache_dir)
+    if not is_fetched(dataset, cache_dir):
+        try:
+            with staging_folder(folder) as staging:
+                archive = _download(dataset, staging / dataset.archive_name, cache_dir)
+                install_archive(dataset, archive, staging, folder,
+                                described=f"{dataset.archive_name} from {dataset.url}",
+                                remedy=f"run `{_fetch_command(dataset, cache_dir)}` again; if it persists, the file "
+                                       f"at that address has changed")
+        except UnwritableCache as error:
+            raise unwritable(dataset, error) from error
     verify_checksums(folder, dataset.members, pinned=dataset.sha256,
-                     remedy=f"delete {folder} and run `tuner data fetch {dataset.name}` again")
+                     remedy=f"delete {folder} and run `{_fetch_command(dataset, cache_dir)}` again")
     return folder
 
 
-def _download(dataset: RegisteredDataset, folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise RuntimeError(f"dataset {dataset.name!r}: cannot make the folder {folder} ({error.strerror}); keep "
-                           f"datasets in a folder you can write: ${CACHE_VARIABLE}, or `tuner data fetch "
-                           f"--cache-dir`") from error
-    archive = folder / f".{dataset.archive_name}.{os.getpid()}"
+def unwritable(dataset: RegisteredDataset, error: OSError) -> DatasetNotFetched:
+    """The error for a cache folder that cannot be made, with where else datasets can be kept."""
+    return DatasetNotFetched(dataset.name, f"cannot make the folder {error.filename} ({error.strerror}); keep datasets "
+                                           f"in a folder you can write: ${CACHE_VARIABLE}, or `tuner data fetch "
+                                           f"--cache-dir`")
+
+
+def _download(dataset: RegisteredDataset, archive: Path, cache_dir: Path | None) -> Path:
     try:
         with urllib.request.urlopen(dataset.url, timeout=60) as response, archive.open("wb") as handle:
             shutil.copyfileobj(response, handle, 1 << 20)
     except (urllib.error.URLError, OSError) as error:
-        archive.unlink(missing_ok=True)
-        raise RuntimeError(
-            f"dataset {dataset.name!r}: could not download {dataset.url} ({error}); check the network, or download "
-            f"the archive yourself and extract {', '.join(dataset.members.values())} into {folder} "
-            f"(or point a `path:` dataset at the extracted files)"
-        ) from error
-    try:
-        digest = sha256_of(archive)
-        if dataset.archive_sha256 is not None:  # nothing is extracted from an archive that is not the pinned one
-            check_digest(f"{dataset.archive_name} from {dataset.url}", digest, dataset.archive_sha256,
-                         "pinned in the dataset registry", f"run `tuner data fetch {dataset.name}` again; if it "
-                                                           f"persists, the file at that address has changed")
-        extracted = extract_members(archive, dataset.members, folder)
-        recorded = read_checksums(folder / CHECKSUMS)
-        write_checksums(folder / CHECKSUMS, recorded | {dataset.archive_name: digest} | extracted)
-    finally:
-        archive.unlink(missing_ok=True)
+        raise DatasetNotFetched(dataset.name, f"could not download {dataset.url} ({_reason(error)}); check the "
+                                              f"network, or {offline_copy(dataset, cache_dir)}") from error
+    return archive
 
+
+def _reason(error: OSError) -> str:
+    """Why a download failed, in words: 'Name or service not known', not '<urlopen error [Errno -2] ...>'."""
+    reason = getattr(error, "reason", error)
+    return getattr(reason, "strerror", None) or str(reason)

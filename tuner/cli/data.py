@@ -15,24 +15,31 @@ from lm_tuner.tuner.cli.common import JsonOutput, command_group, fail, refuse
 if TYPE_CHECKING:
     from lm_tuner.trainers.corpus import Corpus
     from lm_tuner.trainers.datasets import LocalConfig
+    from lm_tuner.trainers.registry import RegisteredDataset
 
-data_app = command_group(help="Download and verify the registered datasets; check a folder of text.",
+data_app = command_group(help="Download (or import) and verify the registered datasets; check a folder of text.",
                          no_args_is_help=True)
 
 
 @data_app.command()
 def fetch(
     name: Annotated[str, typer.Argument(help="ptb, ptb-char, wikitext-2, wikitext-103, enwik8 or text8")],
+    copy: Annotated[Optional[Path], typer.Option(
+        "--from", metavar="ARCHIVE_OR_DIR",
+        help="import a copy downloaded elsewhere instead of downloading: the dataset's archive (e.g. "
+             "simple-examples.tgz for ptb), or a folder holding its files laid flat or in the archive's folders")
+    ] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(
         "--cache-dir", metavar="DIR", help="where datasets are kept [default: $LM_TUNER_DATA, "
                                            "else ~/.cache/lm-tuner/datasets]")] = None,
 ) -> None:
-    """Download a registered dataset into the cache (once) and verify its checksums.
+    """Download a registered dataset into the cache (once), or import a copy with --from, and verify its checksums.
 
-    Exit status: 0 the files are in place and verified, 1 the download or the check failed,
-    2 no such dataset.
+    Exit status: 0 the files are in place and verified, 1 the download, the import or the check failed (the cache
+    is left as it was), 2 no such dataset.
     """
     from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums
+    from lm_tuner.trainers.offline_copy import import_dataset
     from lm_tuner.trainers.registry import fetch_dataset, registered
 
     try:
@@ -40,16 +47,27 @@ def fetch(
     except KeyError as error:
         refuse(error.args[0])
     try:
-        folder = fetch_dataset(dataset, cache_dir)
+        folder = fetch_dataset(dataset, cache_dir) if copy is None else import_dataset(dataset, copy, cache_dir)
     except (RuntimeError, ValueError) as error:
         fail(error, 1)
     recorded = read_checksums(folder / CHECKSUMS)
-    typer.echo(f"{dataset.name}: {dataset.description}\n{folder}")
+    imported = "" if copy is None else f" (imported from {copy})"
+    typer.echo(f"{dataset.name}: {dataset.description}\n{folder}{imported}")
     for file in dataset.members:
-        source = ("pinned in the registry" if file in dataset.sha256 else
-                  f"from the archive pinned in the registry, recorded in {CHECKSUMS}" if dataset.archive_sha256 else
-                  f"recorded in {CHECKSUMS} at first download")
-        typer.echo(f"{recorded[file]}  {file}  ({(folder / file).stat().st_size:,} bytes, {source})")
+        typer.echo(f"{recorded[file]}  {file}  ({(folder / file).stat().st_size:,} bytes, "
+                   f"{_verified_by(dataset, file, copy)})")
+
+
+def _verified_by(dataset: RegisteredDataset, file: str, copy: Path | None) -> str:
+    """What a file's digest was checked against when it entered the cache."""
+    from lm_tuner.trainers.checksums import CHECKSUMS
+    from lm_tuner.trainers.offline_copy import is_archive
+
+    if file in dataset.sha256:
+        return "pinned in the registry"
+    if dataset.archive_sha256 and (copy is None or is_archive(copy)):
+        return f"from the archive pinned in the registry, recorded in {CHECKSUMS}"
+    return f"recorded in {CHECKSUMS} at first {'download' if copy is None else 'import'}"
 
 
 @data_app.command()

@@ -20,6 +20,7 @@ from ray import tune
 from sqlalchemy import exists, select
 
 from lm_tuner.trainers import Corpus, artifact_store, load_corpus, unigram_perplexity
+from lm_tuner.trainers.datasets import unreadable_data
 from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
@@ -85,7 +86,7 @@ def prepared_corpus(spec: StudySpec) -> Corpus:
     try:
         corpus = load_corpus(spec.dataset)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise StudyRefused(f"dataset: {error.args[0] if error.args else error}") from error
+        raise StudyRefused(unreadable_data(error)) from error
     issues = task_issues(spec) + budget_issues(spec, len(corpus.vocabulary))
     if issues:
         raise StudyRefused("; ".join(issue.render(None) for issue in issues))

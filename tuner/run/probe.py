@@ -21,7 +21,7 @@ import torch
 
 from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
 from lm_tuner.trainers.corpus_stats import out_of_vocabulary_warnings
-from lm_tuner.trainers.datasets import known_vocabulary_size
+from lm_tuner.trainers.datasets import known_vocabulary_size, unreadable_data
 from lm_tuner.trainers.evaluation import streams_cross_entropy
 from lm_tuner.trainers.temperature import search_windows, searched_streams_cross_entropy
 from lm_tuner.trainers.training_run import TrainingRun
@@ -48,11 +48,11 @@ _PROBING = threading.Lock()
 
 
 class DatasetUnavailable(ValueError):
-    """The study's data cannot be read; the message names the dataset field."""
+    """The study's data cannot be read (`problem`, for the dataset field); the message names the field once."""
 
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        super().__init__(f"dataset: {problem}")
+    def __init__(self, error: Exception) -> None:
+        self.problem = str(error.args[0] if error.args else error)
+        super().__init__(unreadable_data(error))
 
 
 def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
@@ -98,7 +98,7 @@ def _loaded(spec: StudySpec) -> CorpusSize:
     try:
         corpus = load_corpus(spec.dataset)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise DatasetUnavailable(str(error.args[0] if error.args else error)) from error
+        raise DatasetUnavailable(error) from error
     return CorpusSize(vocab_size=len(corpus.vocabulary), train_tokens=corpus.train.numel(),
                       valid_tokens=corpus.valid.numel())
 
