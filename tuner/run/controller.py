@@ -29,6 +29,7 @@ from lm_tuner.tuner.settings import ArtifactRoot, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
 from lm_tuner.tuner.spec.space import trial_seed
+from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
@@ -41,6 +42,8 @@ from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord, families_colum
 os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
 
 INTERRUPTED_REASON = "its controller stopped before the trial finished"
+
+CLAIM_ATTEMPTS = 3  # a claim that lost a race reads the study again: by then another process runs it
 
 
 class StudyConflict(RuntimeError):
@@ -141,26 +144,30 @@ def refuse_other_corpus(url: str, name: str, corpus: Corpus) -> None:
 
 
 def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) -> None:
-    """Record this process as the study's controller, creating the study if it is new."""
+    """Record this process as the study's controller, creating the study if it is new. Of several processes
+    claiming one study at once, on any backend, exactly one does; the others get a StudyConflict (tuner.store.claims).
+    """
     spec_data = spec.model_dump(mode="json")
-    with sessions(url).begin() as session:
-        record = session.scalar(select(StudyRecord).where(StudyRecord.name == spec.name).with_for_update())
-        if record is None:
-            record = StudyRecord(name=spec.name, spec=spec_data, families=families_column(spec.families),
-                                 document=document, submitted_via=submitted_via)
-            session.add(record)
-        elif record.spec != spec_data:
+    for _ in range(CLAIM_ATTEMPTS):
+        seen = claims.seen_study(url, spec.name)
+        if seen is None:
+            created = StudyRecord(name=spec.name, spec=spec_data, families=families_column(spec.families),
+                                  document=document, submitted_via=submitted_via, status="running",
+                                  controller=this_controller(), started_at=utcnow())
+            if claims.created_if_absent(url, created):
+                return
+            continue  # another process created it meanwhile: decide on what it made
+        if seen.spec != spec_data:
             raise StudyConflict(
                 f"name: a study named {spec.name!r} already exists with a different spec; "
                 f"give this one a new name (a relaunch continues a study only when the spec is identical)"
             )
-        elif record.status in ("running", "cancelling") and record.controller and \
-                controller_alive(record.controller):
-            raise StudyConflict(f"study {spec.name!r} is being run by process {record.controller}")
-        record.status = "running"
-        record.controller = this_controller()
-        record.started_at = record.started_at or utcnow()
-        record.error = None
+        if seen.status in ("running", "cancelling") and seen.controller and controller_alive(seen.controller):
+            raise StudyConflict(f"study {spec.name!r} is being run by process {seen.controller}")
+        if claims.claimed_if_unchanged(url, seen, this_controller()):
+            return
+    raise StudyConflict(f"study {spec.name!r} changed hands {CLAIM_ATTEMPTS} times while this process claimed it; "
+                        f"see `tuner status {spec.name}` and launch again if it is not running")
 
 
 def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = (),

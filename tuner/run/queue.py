@@ -18,8 +18,9 @@ from lm_tuner.tuner.run.controller import (
 from lm_tuner.tuner.run.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
-from lm_tuner.tuner.store.schema import StudyRecord, families_column, utcnow
+from lm_tuner.tuner.store.schema import StudyRecord, families_column
 from lm_tuner.tuner.store.studies import in_study_store
 
 log = logging.getLogger(__name__)
@@ -46,23 +47,13 @@ def stored_spec(url: str, name: str) -> tuple[StudySpec, str] | None:
 
 
 def claim_next_study(url: str) -> StudySpec | None:
-    """Take the oldest queued study — or one whose controller on this machine died — for this process."""
-    with sessions(url)() as session:
-        candidates = session.scalars(
-            select(StudyRecord).where(StudyRecord.status.in_(("queued", "running"))).order_by(StudyRecord.created_at)
-        ).all()
-    for record in candidates:
-        if record.status == "running" and (record.controller is None or controller_alive(record.controller)):
+    """Take the oldest queued study — or one whose controller on this machine died — for this process. A study
+    another process claims at the same moment is left to it (tuner.store.claims)."""
+    for seen in claims.seen_runnable(url):
+        if seen.status == "running" and (seen.controller is None or controller_alive(seen.controller)):
             continue
-        with sessions(url).begin() as session:
-            claimed = session.execute(
-                update(StudyRecord)
-                .where(StudyRecord.id == record.id, StudyRecord.status == record.status,
-                       StudyRecord.controller.is_not_distinct_from(record.controller))
-                .values(status="running", controller=this_controller(), started_at=record.started_at or utcnow())
-            ).rowcount
-        if claimed == 1:
-            return StudySpec.model_validate(record.spec)
+        if claims.claimed_if_unchanged(url, seen, this_controller()):
+            return StudySpec.model_validate(seen.spec)
     return None
 
 

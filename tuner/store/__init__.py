@@ -5,6 +5,7 @@
   Alembic migrations (`migrations/`) that bring the schema up to date.
 - `ledger`: each trial's state and value, written beside Optuna's at every transition.
 - `lifecycle`: cancel a study, put it back in the queue, delete it with its artifacts.
+- `claims`: who runs a study changes by compare and set, so that of two processes claiming it one wins.
 - `tokens`: API bearer tokens and whether the API needs them.
 - `studies`, `trials`: the read models of studies and trials, queried in SQL; `views`: those read models, plain
   frozen data; `documents`: the same as JSON documents, what `tuner status --json` prints and the REST API returns.

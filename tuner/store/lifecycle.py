@@ -7,6 +7,7 @@ from sqlalchemy import delete, exists, select
 
 from lm_tuner.trainers import artifact_store
 from lm_tuner.tuner.settings import ArtifactRoot
+from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.optuna_names import optuna_studies_of
 from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialCountRecord, TrialRecord, TurnRecord, utcnow
@@ -23,37 +24,42 @@ def cancel_study(url: str, name: str) -> str:
     """Stop a study: a queued one at once, a running one as soon as its controller notices (seconds).
 
     Returns the new status. Raises KeyError for an unknown study and StudyStateError for one that
-    has already ended.
+    has already ended. A worker claiming the study meanwhile is noticed (tuner.store.claims): the study is then
+    running, and is marked cancelling.
     """
-    with sessions(url).begin() as session:
-        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name).with_for_update())
-        if record is None:
+    while True:
+        seen = claims.seen_study(url, name)
+        if seen is None:
             raise KeyError(name)
-        if record.status == "queued":
-            record.status, record.finished_at, record.error = "cancelled", utcnow(), CANCELLED_REASON
-        elif record.status == "running":
-            record.status = "cancelling"
-        elif record.status != "cancelling":
-            raise StudyStateError(f"study {name!r} is {record.status}; only queued or running studies can be "
+        if seen.status == "queued":
+            change = {"status": "cancelled", "finished_at": utcnow(), "error": CANCELLED_REASON}
+        elif seen.status == "running":
+            change = {"status": "cancelling"}
+        elif seen.status == "cancelling":
+            return seen.status
+        else:
+            raise StudyStateError(f"study {name!r} is {seen.status}; only queued or running studies can be "
                                   f"cancelled")
-        return record.status
+        if claims.changed_if_unchanged(url, seen, **change):
+            return change["status"]
 
 
 def resume_study(url: str, name: str) -> str:
     """Put a failed or cancelled study back in the queue: the next worker continues it as `tuner resume` would
     (its interrupted trials run again, finished ones are kept). Returns the new status, "queued".
 
-    Raises KeyError for an unknown study and StudyStateError for one that is queued, running or complete.
+    Raises KeyError for an unknown study and StudyStateError for one that is queued, running or complete (a launch
+    that claims it meanwhile wins: the study is running, and stays out of the queue).
     """
-    with sessions(url).begin() as session:
-        record = session.scalar(select(StudyRecord).where(StudyRecord.name == name).with_for_update())
-        if record is None:
+    while True:
+        seen = claims.seen_study(url, name)
+        if seen is None:
             raise KeyError(name)
-        if record.status not in RESUMABLE:
-            raise StudyStateError(f"study {name!r} is {record.status}; only {' or '.join(RESUMABLE)} studies can be "
+        if seen.status not in RESUMABLE:
+            raise StudyStateError(f"study {name!r} is {seen.status}; only {' or '.join(RESUMABLE)} studies can be "
                                   f"resumed")
-        record.status, record.controller, record.finished_at, record.error = "queued", None, None, None
-        return record.status
+        if claims.changed_if_unchanged(url, seen, status="queued", controller=None, finished_at=None, error=None):
+            return "queued"
 
 
 def cancel_requested(url: str, name: str) -> bool:
