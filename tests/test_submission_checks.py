@@ -106,3 +106,21 @@ def test_a_registered_dataset_not_downloaded_is_queued_with_a_warning_that_its_s
     assert warning.startswith("dataset: 'wikitext-2' is not downloaded on this server yet")
     assert "tuner data fetch wikitext-2" in warning
     assert not (tmp_path / "empty-cache").exists()  # nothing was downloaded
+
+
+def test_ptb_not_downloaded_is_queued_with_its_shapes_checked_and_a_warning_that_the_worker_downloads_it(
+        client, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "empty-cache"))
+    document = {**SILLY_PTB, "name": "ptb-later", "dataset": {"name": "ptb"}}
+    validated, submitted = validate(client, document), submit(client, document)
+    assert submitted.status_code == 202, submitted.text
+    warnings = submitted.json()["warnings"]
+    assert validated.json()["warnings"] == warnings
+    (warning,) = [warning for warning in warnings if warning.startswith("dataset:")]
+    assert warning.startswith("dataset: 'ptb' is not downloaded on this server yet; the worker downloads it when it "
+                              "starts the study, which fails there if this server cannot reach it. To have it now, "
+                              "on the server: `tuner data fetch ptb` downloads it from ")
+    assert "`tuner data fetch ptb --from simple-examples.tgz`" in warning and "shape checks" not in warning
+    over_budget = submit(client, {**document, "name": "ptb-too-small", "parameter_budget": 10_000})
+    assert over_budget.status_code == 422  # the shapes are checked at PTB's known vocabulary, without the files
+    assert not (tmp_path / "empty-cache").exists()  # nothing was downloaded
