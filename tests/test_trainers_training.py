@@ -279,6 +279,19 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_run(tmp_path: P
         assert torch.equal(tensor, load_checkpoint(tmp_path / "best.pt").model.state_dict()[name]), name
 
 
+def test_a_run_paused_at_a_step_resumes_to_the_numbers_of_one_that_never_paused(corpus, tmp_path: Path) -> None:
+    config = TrainingConfig(schedule=Schedule(budget_steps=12, steps_per_turn=4, batch_size=8, bptt=10,
+                                              eval_batch_size=4), seed=3)
+    whole = train(tiny_model(corpus, output_dropout=0.3), config, corpus, device=CPU)
+    paused = train(tiny_model(corpus, output_dropout=0.3), config, corpus,
+                   latest_checkpoint_path=tmp_path / "latest.pt", stop_at_step=8, device=CPU)
+    assert [(t.step, t.final) for t in paused.turns] == [(4, False), (8, False)]  # a rung's end, not the budget's
+    resumed = train(tiny_model(corpus, output_dropout=0.3), config, corpus, resume_from=tmp_path / "latest.pt",
+                    device=CPU)
+    assert [comparable(t) for t in resumed.turns] == [comparable(t) for t in whole.turns]  # its turns, all of them
+    assert [comparable(t) for t in paused.turns] == [comparable(t) for t in whole.turns[:2]]
+
+
 def test_a_run_saved_before_fields_were_added_resumes(corpus, tmp_path: Path) -> None:
     config = TrainingConfig(schedule=schedule(turns=2))
     train(tiny_model(corpus), config, corpus, latest_checkpoint_path=tmp_path / "latest.pt",

@@ -58,11 +58,14 @@ def train(
     metadata: dict[str, Any] | None = None,
     on_turn: TurnCallback | None = None,
     device: torch.device | None = None,
+    stop_at_step: int | None = None,
 ) -> TrainingResult:
     """Train within the schedule's budget; keep the best-validation weights at `checkpoint_path`.
 
     `latest_checkpoint_path` receives the full training state after every turn; `resume_from` (such
-    a file) continues that run, which must have the same model and training configuration.
+    a file) continues that run, which must have the same model and training configuration. `stop_at_step` pauses
+    the run after the turn that reaches that step (a rung of successive halving): resumed from its latest state,
+    it goes on exactly as a run that never paused.
     """
     set_up = time.perf_counter()
     run = TrainingRun(model_config, config, corpus, device or default_device())
@@ -74,7 +77,7 @@ def train(
     metadata = metadata or {}
     last_good = run.state_dict()
     finished = run.finished()
-    while not finished:
+    while not finished and (stop_at_step is None or run.step < stop_at_step):
         run.start_fine_tuning_when_due()
         try:
             started = time.perf_counter()
