@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from lm_tuner.api import pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials, validation
+from lm_tuner.api import docs, pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials, validation
 from lm_tuner.api.deps import SignInRequired
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
@@ -26,6 +26,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Submit studies (the same YAML/JSON spec `tuner launch` reads), follow their trials, "
                     "download the best checkpoints. The database is the single source of truth.",
         responses=BAD_URL,
+        docs_url=None, redoc_url=None,  # api/docs.py serves both pages from the package, not from a CDN
     )
     app.state.settings = settings
     app.add_middleware(RefuseControlCharacters)  # %00 and friends: 400 before any route or query
@@ -40,6 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(tuning_curves_router)
     app.include_router(pages.router)
     app.include_router(sign_in.router)
+    app.include_router(docs.router)
     app.add_exception_handler(SignInRequired, sign_in.send_to_sign_in)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, answer_validation_error)

@@ -18,6 +18,12 @@ _TEMPLATES = Environment(
 # plotly.js's basic bundle, vendored (static/vendor/README.md): served from here, so pages work offline.
 PLOTLY_JS = "vendor/plotly-basic-4.1.1.min.js"
 _TEMPLATES.globals["plotly_js_url"] = f"/static/{PLOTLY_JS}"
+# Swagger UI and ReDoc, the API's documentation pages (api/docs.py), vendored likewise.
+API_DOCS_FILES = {"swagger_ui_js": "vendor/swagger-ui-5.35.0-bundle.js",
+                  "swagger_ui_css": "vendor/swagger-ui-5.35.0.css",
+                  "swagger_ui_oauth2_redirect_js": "vendor/swagger-ui-5.35.0-oauth2-redirect.js",
+                  "redoc_js": "vendor/redoc-2.5.4.standalone.js"}
+_TEMPLATES.globals["vendor"] = API_DOCS_FILES
 
 
 def static_path(name: str) -> Path | None:

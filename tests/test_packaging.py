@@ -23,9 +23,14 @@ def test_wheel_carries_package_data(tmp_path):
     (wheel,) = tmp_path.glob("lm_tuner-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("dashboards/templates/study.html", "dashboards/static/dashboard.js",
-                     "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "tuner/store/migrations/env.py",
+                     "dashboards/static/vendor/plotly-basic-4.1.1.min.js", "dashboards/static/api_docs.js",
+                     "dashboards/templates/api_redoc.html", "dashboards/static/vendor/swagger-ui-5.35.0-bundle.js",
+                     "dashboards/static/vendor/swagger-ui-5.35.0.css", "dashboards/static/vendor/swagger-ui-LICENSE",
+                     "dashboards/static/vendor/redoc-2.5.4.standalone.js", "dashboards/static/vendor/redoc-LICENSE",
+                     "tuner/store/migrations/env.py",
                      "tuner/store/migrations/script.py.mako", "tuner/store/migrations/versions/0001_project_tables.py",
-                     "models/csrc/cpu_kernels.cpp", "spaces/mogrifier_ptb.yaml", "spaces/small/mogrifier_ptb.yaml"):
+                     "models/csrc/cpu_kernels.cpp", "spaces/mogrifier_ptb.yaml", "spaces/small/mogrifier_ptb.yaml",
+                     "tuner/spec/throughput.json"):
         assert f"lm_tuner/{required}" in names, required
     assert any(name.endswith("entry_points.txt") for name in names)
     top_level = {name.split("/")[0] for name in names}
