@@ -104,7 +104,7 @@ def test_reverse_copy_needs_a_window_that_holds_an_example():
 
 def test_estimates_extrapolate_the_probe_with_the_schedule():
     timing = ProbeTiming(step_seconds=0.5, evaluation_seconds_per_token=0.001, cpu_per_wall=2.0)
-    size = CorpusSize(vocab_size=20, train_tokens=16_001, valid_tokens=1_000)
+    size = CorpusSize(vocab_size=20, train_tokens=16_001, valid_tokens=1_000, test_tokens=1_000)
     turns = estimate_trial(Schedule(turns=3, steps_per_turn=10, eval_batch_size=10), timing, size)
     assert turns.turns == 3 and turns.evaluation_seconds == pytest.approx(0.99)  # 990 scored tokens
     assert turns.trial_seconds == pytest.approx(30 * 0.5 + 3 * 0.99)

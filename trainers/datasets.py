@@ -34,6 +34,8 @@ LOCAL_FORMATS = (*typing.get_args(FormatName), TEXT_FORMAT)
 
 PTB_VOCABULARY_SIZE = 10_000
 """Word types of the pinned PTB training split with <eos>; its validation and test words all occur in it."""
+PTB_SPLIT_TOKENS = (929_589, 73_760, 82_430)
+"""Tokens (words and <eos>) of the pinned PTB train, valid and test files, as `tuner data check` counts them."""
 
 def _absolute(path: str) -> str:
     """A dataset folder as an absolute path: trials read it in processes (Ray workers) with working directories of
@@ -163,6 +165,14 @@ def known_vocabulary_size(config: DatasetConfig) -> int | None:
         return config.symbols + 2  # <eos> and <sep>
     if isinstance(config, RegisteredDatasetConfig) and config.name == "ptb":
         return PTB_VOCABULARY_SIZE
+    return None
+
+
+def known_split_sizes(config: DatasetConfig) -> tuple[int, int, int] | None:
+    """The train, valid and test tokens of a registered dataset whose files are pinned by checksum (PTB), known
+    before it is downloaded; None for the others (generated corpora fix theirs in their configuration)."""
+    if isinstance(config, RegisteredDatasetConfig) and config.name == "ptb":
+        return PTB_SPLIT_TOKENS
     return None
 
 

@@ -10,7 +10,7 @@ from lm_tuner.tuner.cli.common import JsonOutput, PlainTable, console, errors, r
 
 if TYPE_CHECKING:
     from lm_tuner.tuner.spec.estimate import ProbeTiming
-    from lm_tuner.tuner.spec.plan import FamilyPlan, StudyPlan
+    from lm_tuner.tuner.spec.plan import FamilyPlan, StudyCost, StudyPlan
 
 
 def plan(
@@ -20,20 +20,25 @@ def plan(
     probe: Annotated[bool, typer.Option(
         "--probe/--no-probe", help="time a few training steps and evaluations of each family's median shape here "
                                    "(about --seconds, with the study's threads per trial) to estimate the study's "
-                                   "duration")] = True,
+                                   "duration; without it (or for a GPU study on a machine without one) the cost "
+                                   "comes from a FLOP count")] = True,
     seconds: Annotated[float, typer.Option(min=1.0, help="how long the probe runs, all families together")] = 10.0,
     json_output: JsonOutput = False,
 ) -> None:
     """Show what a study would train, before launching it: per family the hidden sizes the budget gives across
     the searched ranges (smallest, median, largest over the ranges' corners and a fixed random sample), where the
     parameters of the median shape go (embedding, recurrent layers, softmax), the trials, and, from the probe,
-    the time per trial and for the study on this machine. Then the warnings: a small recurrent share or hidden
-    size, a reverse-copy window too short for its examples, evaluation taking more than a quarter of a trial,
-    data mostly out of its vocabulary, and what `launch` would refuse.
+    the time per trial on this machine. Then the cost of the whole study (tuning, reruns, test protocol, dynamic
+    evaluation) in GPU-hours or core-hours and its duration here, from the probe or else from a FLOP count at the
+    speed benchmarks measured on a machine of this kind; the line says which, and whether it is over a day. Then
+    the warnings: a small recurrent share or hidden size, a reverse-copy window too short for its examples,
+    evaluation taking more than a quarter of a trial, data mostly out of its vocabulary, and what `launch` would
+    refuse.
 
-    Creates nothing: no database, no Ray, no checkpoint. A dataset whose vocabulary the spec does not fix is read
-    (a registered one is fetched into the data cache first, as a launch would). Exit status: 0 planned (with or
-    without warnings), 2 the spec or its dataset cannot be read.
+    Creates nothing: no database, no Ray, no checkpoint. PTB and generated corpora are planned without their data;
+    another dataset whose vocabulary the spec does not fix is read (a registered one is fetched into the data cache
+    first, as a launch would). Exit status: 0 planned (with or without warnings), 2 the spec or its dataset cannot
+    be read.
     """
     from lm_tuner.tuner.run.probe import DatasetUnavailable, study_plan
     from lm_tuner.tuner.spec import SpecError
@@ -78,8 +83,20 @@ def print_plan(planned: "StudyPlan") -> None:
                       f"[bold]{duration(estimate.study_seconds)}[/bold] with {estimate.parallel_trials} at a time "
                       f"on this machine ({estimate.device}, {estimate.threads} thread(s) per trial; probe "
                       f"{estimate.probe_seconds:.1f} s; not included: {', '.join(estimate.not_included)})")
+    if planned.cost is not None:
+        print_cost(planned.cost)
+    for note in planned.notes:
+        console.print(f"note: {note}", markup=False)
     for warning in planned.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+
+
+def print_cost(cost: "StudyCost") -> None:
+    """The cost in one line (in yellow for a study of more than a day), then where its speed is from."""
+    style = "yellow" if cost.over_a_day else None
+    console.print(f"cost: {cost.summary}", style=style, markup=False)
+    for note in cost.notes:
+        console.print(f"  {note}", style="dim", markup=False)
 
 
 def _family_table(family: "FamilyPlan") -> PlainTable:
@@ -95,6 +112,10 @@ def _family_table(family: "FamilyPlan") -> PlainTable:
             count = family.parameters[part]
             table.add_row(f"{part} parameters", f"{count:,} ({count / total:.0%})")
         table.add_row("total parameters", f"{total:,}")
+    if family.prior is not None:
+        from lm_tuner.tuner.spec.priors import prior_line
+
+        table.add_row("starts from (tuning.priors)", prior_line(family.prior).removeprefix(f"{family.family}: "))
     if family.estimate is not None:
         estimate = family.estimate
         table.add_row("training step", f"{estimate.step_seconds * 1000:,.1f} ms")
@@ -106,11 +127,6 @@ def _family_table(family: "FamilyPlan") -> PlainTable:
 
 
 def duration(seconds: float) -> str:
-    """Seconds as a person reads them: 42 s, 12 min, 3.5 h, 12 days."""
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:,.0f} days"
+    from lm_tuner.tuner.spec.cost import duration as readable
+
+    return readable(seconds)

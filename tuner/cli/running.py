@@ -43,7 +43,9 @@ def launch(
 
     Launching a spec whose study exists (same name, identical spec) continues it. The warnings of `tuner plan`
     (without its probe) are printed before the trials start; a study that cannot learn its task (a reverse-copy
-    example longer than a training window) is refused.
+    example longer than a training window) is refused. Before the warnings, the study's cost: GPU-hours or core-hours
+    and its duration on this machine, from a FLOP count (`tuner plan` times it with its probe), with a note where it
+    is more than a day.
     Exit status: 0 all trials ran, 1 the study stopped early, 2 the spec or study was refused,
     130 interrupted (Ctrl-C).
     """
@@ -80,11 +82,17 @@ def _vocabulary_size_or_refuse(spec: "StudySpec") -> int:
 
 
 def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDisplay") -> None:
-    """The plan's warnings (working them out takes about 1.5 s: the launch does it while Ray starts)."""
-    from lm_tuner.tuner.run.probe import data_warnings
-    from lm_tuner.tuner.spec.plan import study_warnings
+    """The study's cost (from a FLOP count) and the plan's warnings (working them out takes about 1.5 s: the launch
+    does it while Ray starts, before the first trial)."""
+    from lm_tuner.tuner.run.probe import corpus_size, data_warnings, this_machine
+    from lm_tuner.tuner.spec.cost import with_counted_cost
+    from lm_tuner.tuner.spec.plan import plan_study
 
-    for warning in [*study_warnings(spec, vocab_size), *data_warnings(spec)]:
+    planned = plan_study(spec, vocab_size)
+    cost = with_counted_cost(spec, planned, corpus_size(spec), this_machine()).cost
+    display.print(f"[yellow]cost:[/yellow] {escape(cost.summary)}" if cost.over_a_day else
+                  f"[dim]cost: {escape(cost.summary)}[/dim]")
+    for warning in [*planned.warnings, *data_warnings(spec)]:
         display.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 

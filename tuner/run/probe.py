@@ -16,17 +16,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
 from lm_tuner.trainers.corpus_stats import out_of_vocabulary_warnings
-from lm_tuner.trainers.datasets import known_vocabulary_size, unreadable_data
+from lm_tuner.trainers.datasets import RegisteredDatasetConfig, known_vocabulary_size, unreadable_data
 from lm_tuner.trainers.evaluation import streams_cross_entropy
+from lm_tuner.trainers.registry import how_to_get, is_fetched, registered
 from lm_tuner.trainers.temperature import search_windows, searched_streams_cross_entropy
 from lm_tuner.trainers.training_run import TrainingRun
 from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.cost import PROBED, Speed, probe_can_run, study_cost, with_counted_cost
 from lm_tuner.tuner.spec.estimate import (
     CorpusSize,
     Machine,
@@ -58,17 +61,21 @@ class DatasetUnavailable(ValueError):
 def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
                probing: Callable[[], None] | None = None,
                probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
-    """What `tuner plan` and `POST /studies/plan` answer: the shapes and warnings, with the probe's time estimates
-    when `probe` (`probing` is called as the probe starts, once the data is read; `probed` is told each family's
-    timing and the seconds its probe took, as it is done). Raises DatasetUnavailable where the vocabulary (or, to
-    probe, the corpus's size) needs the data."""
-    if not probe:
-        return _with_data_warnings(spec, plan_study(spec, vocabulary_size(spec)))
+    """What `tuner plan` and `POST /studies/plan` answer: the shapes, warnings and cost, with the probe's time
+    estimates when `probe` and the probe can run here (`probing` is called as the probe starts, once the data is read;
+    `probed` is told each family's timing and the seconds its probe took, as it is done); else the cost from a FLOP
+    count. Raises DatasetUnavailable where the corpus's sizes need the data."""
     size = corpus_size(spec)
     planned = _with_data_warnings(spec, plan_study(spec, size.vocab_size))
+    planned = planned.model_copy(update={"notes": [*planned.notes, *data_notes(spec)]})
+    machine = this_machine()
+    cannot_probe = probe_can_run(spec, machine) if probe else None
+    if not probe or cannot_probe is not None:
+        return with_counted_cost(spec, planned, size, machine,
+                                 notes=[] if cannot_probe is None else [f"not probed: {cannot_probe}"])
     if probing is not None:
         probing()
-    return probe_study(spec, planned, size, seconds, probed)
+    return probe_study(spec, planned, size, seconds, probed, machine)
 
 
 def data_warnings(spec: StudySpec) -> list[str]:
@@ -77,6 +84,15 @@ def data_warnings(spec: StudySpec) -> list[str]:
     if known_vocabulary_size(spec.dataset) is not None:
         return []
     return out_of_vocabulary_warnings(load_corpus(spec.dataset))
+
+
+def data_notes(spec: StudySpec) -> list[str]:
+    """How to get a registered dataset that is planned without its data (its sizes are known) and not downloaded."""
+    dataset = spec.dataset
+    if not isinstance(dataset, RegisteredDatasetConfig) or is_fetched(registered(dataset.name)):
+        return []
+    return [f"dataset {dataset.name!r} is not downloaded here (a launch downloads it first): "
+            f"{how_to_get(registered(dataset.name))}"]
 
 
 def _with_data_warnings(spec: StudySpec, planned: StudyPlan) -> StudyPlan:
@@ -100,19 +116,34 @@ def _loaded(spec: StudySpec) -> CorpusSize:
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise DatasetUnavailable(error) from error
     return CorpusSize(vocab_size=len(corpus.vocabulary), train_tokens=corpus.train.numel(),
-                      valid_tokens=corpus.valid.numel())
+                      valid_tokens=corpus.valid.numel(), test_tokens=corpus.test.numel())
 
 
 def this_machine() -> Machine:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return Machine(cpus=cpus, gpus=torch.cuda.device_count())
+    gpus = torch.cuda.device_count()
+    return Machine(cpus=cpus, gpus=gpus, cpu_kind=cpu_kind(), gpu_name=torch.cuda.get_device_name(0) if gpus else None)
+
+
+def cpu_kind(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's family/model/stepping, as benchmarks/cell_throughput.py records it; None where the system does not
+    tell (no /proc/cpuinfo)."""
+    try:
+        first = cpuinfo.read_text().split("\n\n")[0]
+    except OSError:
+        return None
+    fields = dict(line.partition(":")[::2] for line in first.splitlines())
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    parts = [fields.get(key) for key in ("cpu family", "model", "stepping")]
+    return "/".join(parts) if all(parts) else None
 
 
 def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: float = PROBE_SECONDS,
-                probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
-    """The plan with time estimates from probing every family that has a median shape, `seconds` split among
-    them; the study's threads per trial and, where it asks for one and there is one, a GPU."""
-    machine = this_machine()
+                probed: Callable[[str, ProbeTiming, float], None] | None = None,
+                machine: Machine | None = None) -> StudyPlan:
+    """The plan with time estimates and the cost from probing every family that has a median shape, `seconds` split
+    among them; the study's threads per trial and, where it asks for one and there is one, a GPU."""
+    machine = machine or this_machine()
     device = torch.device("cuda" if spec.resources.gpus_per_trial > 0 and machine.gpus > 0 else "cpu")
     threads = max(1, int(spec.resources.cpus_per_trial))  # as trials set them (tuner/run/trial.py)
     shaped = [family for family in plan.families if family.median_point is not None]
@@ -124,8 +155,12 @@ def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: flo
             timings[family.family] = probe_family(spec, family, size, seconds / max(1, len(shaped)), device)
             if probed is not None:
                 probed(family.family, timings[family.family], time.perf_counter() - family_started)
-    return with_estimates(plan, spec, timings, size, machine=machine, device=str(device), threads=threads,
-                          probe_seconds=time.perf_counter() - started)
+    estimated = with_estimates(plan, spec, timings, size, machine=machine, device=str(device), threads=threads,
+                               probe_seconds=time.perf_counter() - started)
+    where = machine.gpu_name if device.type == "cuda" else f"this machine's CPU, {threads} thread(s) per trial"
+    speed = Speed(timings, PROBED, f"each family's median shape timed on {where} for "
+                                   f"{estimated.estimate.probe_seconds:.1f} s", "timed here by the probe")
+    return estimated.model_copy(update={"cost": study_cost(spec, estimated, size, machine, speed)})
 
 
 def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds: float,

@@ -8,6 +8,7 @@ import math
 from pydantic import BaseModel, Field
 
 from lm_tuner.trainers import DatasetConfig, MarkovCorpusConfig, ReverseCopyConfig, Schedule
+from lm_tuner.trainers.datasets import known_split_sizes, known_vocabulary_size
 from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.tuner.spec.document import StudySpec
 from lm_tuner.tuner.spec.feasibility import reverse_copy_example_tokens
@@ -17,11 +18,12 @@ MAX_EVALUATION_SHARE = 0.25
 
 
 class CorpusSize(BaseModel):
-    """What the plan needs of a corpus: its vocabulary, and its training and validation tokens."""
+    """What the plan needs of a corpus: its vocabulary, and the tokens of its splits."""
 
     vocab_size: int
     train_tokens: int
     valid_tokens: int
+    test_tokens: int
 
 
 class ProbeTiming(BaseModel):
@@ -35,17 +37,24 @@ class ProbeTiming(BaseModel):
 class Machine(BaseModel):
     cpus: int
     gpus: int
+    cpu_kind: str | None = Field(None, description="the CPU's family/model/stepping, as benchmarks record it")
+    gpu_name: str | None = Field(None, description="the first GPU's name")
 
 
 def known_corpus_size(dataset: DatasetConfig) -> CorpusSize | None:
-    """The sizes a generated corpus fixes in its configuration; None where only the files can tell."""
+    """The sizes a generated corpus fixes in its configuration, or a registered dataset pinned by checksum (PTB);
+    None where only the files can tell."""
     if isinstance(dataset, MarkovCorpusConfig):
         return CorpusSize(vocab_size=dataset.vocab_size, train_tokens=dataset.train_tokens,
-                          valid_tokens=dataset.valid_tokens)
+                          valid_tokens=dataset.valid_tokens, test_tokens=dataset.test_tokens)
     if isinstance(dataset, ReverseCopyConfig):
         example = reverse_copy_example_tokens(dataset)
         return CorpusSize(vocab_size=dataset.symbols + 2, train_tokens=dataset.train_examples * example,
-                          valid_tokens=dataset.valid_examples * example)
+                          valid_tokens=dataset.valid_examples * example, test_tokens=dataset.test_examples * example)
+    splits = known_split_sizes(dataset)
+    if splits is not None:
+        return CorpusSize(vocab_size=known_vocabulary_size(dataset), train_tokens=splits[0], valid_tokens=splits[1],
+                          test_tokens=splits[2])
     return None
 
 
@@ -64,7 +73,7 @@ def estimate_trial(schedule: Schedule, timing: ProbeTiming, size: CorpusSize) ->
         turns = max(1, math.ceil(wall_budget / (turn_training + evaluation)))
         trial = wall_budget
     else:
-        steps = _steps(schedule, size.train_tokens)
+        steps = training_steps(schedule, size.train_tokens)
         turns = math.ceil(steps / schedule.steps_per_turn)
         trial = steps * timing.step_seconds + turns * evaluation
     if schedule.fine_tuning.enabled:  # at most this many: the non-monotone trigger may stop it sooner
@@ -75,7 +84,8 @@ def estimate_trial(schedule: Schedule, timing: ProbeTiming, size: CorpusSize) ->
                          trial_seconds=trial, evaluation_share=turns * evaluation / trial if trial else 0.0)
 
 
-def _steps(schedule: Schedule, train_tokens: int) -> int:
+def training_steps(schedule: Schedule, train_tokens: int) -> int:
+    """Optimisation steps of a trial whose budget is not in seconds (before any fine-tuning)."""
     if schedule.budget_steps is not None:
         return schedule.budget_steps
     if schedule.budget_epochs is not None:

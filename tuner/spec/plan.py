@@ -14,7 +14,7 @@ import itertools
 import math
 import random
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,7 @@ from lm_tuner.models.budget import parameter_breakdown
 from lm_tuner.tuner.spec.document import SearchRange, StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, reverse_copy_learnable_share, task_issues
 from lm_tuner.tuner.spec.hyperparameters import HYPERPARAMETERS
+from lm_tuner.tuner.spec.priors import FamilyPrior, family_prior
 from lm_tuner.tuner.spec.space import trial_setup
 
 SAMPLES = 50
@@ -62,6 +63,7 @@ class FamilyPlan(BaseModel):
     median_point: Point | None = Field(description="the sampled model hyperparameters of the median shape")
     embedding_size: int | None = Field(description="at the median shape")
     parameters: dict[str, int] | None = Field(description="embedding, recurrent, softmax and total, at the median")
+    prior: FamilyPrior | None = Field(None, description="the published configuration tried first (tuning.priors)")
     estimate: TrialEstimate | None = None
 
 
@@ -74,13 +76,40 @@ class StudyEstimate(BaseModel):
     not_included: list[str] = Field(description="stages the estimate leaves out")
 
 
+class StudyCost(BaseModel):
+    """What the whole study needs (tuner/spec/cost.py): device-hours, and how long it takes with its trials in
+    parallel on this machine, or on machines of the kind measured where this one cannot run a trial."""
+
+    source: Literal["probe", "flop count"] = Field(description="where the speed comes from: the probe's measurement "
+                                                               "here, or a FLOP count over committed benchmarks")
+    measured: str = Field(description="what the speed was measured on")
+    notes: list[str] = Field(description="how the measurement used differs from this study's machine")
+    lower_bound: bool = Field(description="a floor: a FLOP count at the speed of wider models than the study's")
+    device: Literal["gpu", "cpu"]
+    unit: Literal["GPU-hours", "core-hours"]
+    device_hours: float = Field(description="every trial's and stage's time times its GPUs (or cores)")
+    stages: dict[str, float] = Field(description="device-hours of tuning, reruns and each later stage")
+    flops: float = Field(description="matrix-multiply FLOPs of all of it, counted as the benchmarks count them")
+    training_tokens: int = Field(description="tokens trained on by the tuning trials and reruns")
+    parallel_trials: int
+    wall_seconds: float = Field(description="the study's duration with `parallel_trials` at a time")
+    on_this_machine: bool = Field(description="false: this machine cannot run a trial (no GPU, too few cores), and "
+                                              "the duration is on machines of the kind measured")
+    over_a_day: bool = Field(description="the duration is more than 24 hours")
+    summary: str = Field(description="all of it in one line, as `tuner plan` and `tuner launch` print it")
+    not_included: list[str]
+
+
 class StudyPlan(BaseModel):
     study: str
     parameter_budget: int
     vocab_size: int
     families: list[FamilyPlan]
     estimate: StudyEstimate | None = None
+    cost: StudyCost | None = None
     warnings: list[str]
+    notes: list[str] = Field(default_factory=list, description="what to know that is no problem: how to get data "
+                                                               "that is not downloaded yet")
 
 
 def plan_study(spec: StudySpec, vocab_size: int, *, samples: int = SAMPLES, seed: int = SAMPLE_SEED) -> StudyPlan:
@@ -131,7 +160,7 @@ def _plan_family(spec: StudySpec, family: str, vocab_size: int, samples: int,
     runs = spec.tuning.trials + (spec.reruns.top * spec.reruns.seeds if spec.reruns else 0)
     empty = FamilyPlan(family=family, trials=spec.tuning.trials, runs=runs, sampled_points=len(sampled + corners),
                        infeasible_points=len(failures), hidden_size=None, median_point=None, embedding_size=None,
-                       parameters=None)
+                       parameters=None, prior=family_prior(spec, family) if spec.tuning.priors else None)
     warnings = [f"family {family!r}: {len(failures)} of {len(sampled + corners)} sampled configurations do not fit "
                 f"parameter_budget ({failures[0]}); trials that draw them fail"] if failures else []
     if not solved:
