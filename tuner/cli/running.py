@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from lm_tuner.tuner.cli.live_display import ProgressDisplay
     from lm_tuner.tuner.spec import StudySpec
 
+DEBUG_VARIABLE = "LM_TUNER_DEBUG"  # `tuner worker --debug`, set by `tuner serve --debug` for its worker
+
 
 def launch(
     space: Annotated[str, typer.Option(
@@ -194,15 +196,23 @@ def worker(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster to run trials on")] = None,
     once: Annotated[bool, typer.Option("--once", help="exit when the queue is empty")] = False,
     poll_seconds: Annotated[float, typer.Option(help="how often to look for queued studies")] = 2.0,
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_VARIABLE, help="log the traceback of a study that fails as expected (its data "
+                                               "cannot be read or downloaded, it is refused), besides its one line")
+    ] = False,
 ) -> None:
-    """Run studies submitted over REST (queued in the database), one at a time.
+    """Run studies submitted over REST (queued in the database), one at a time. While the queue is empty, the
+    local Ray it started is shut down (the next study starts it again).
 
     SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
     interrupted, to run again), every child process ends; exit status 0."""
+    from lm_tuner.tuner.cli.common import options
     from lm_tuner.tuner.run.queue import run_worker
 
     quiet_libraries()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    if debug or options["debug"]:  # `tuner --debug worker` too
+        logging.getLogger("lm_tuner").setLevel(logging.DEBUG)
     settings = Settings.from_options(storage, artifacts, address)
     try:
         with stopping_cleanly():

@@ -40,6 +40,9 @@ def serve(
         "--initial-token", metavar="NAME",
         help=f"on the first start (authentication off, no token NAME yet) create token NAME and turn "
              f"authentication on; its secret is ${TOKEN_VARIABLE} if set, else printed once")] = None,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="log at debug level, with the traceback of a study the worker fails as expected (its data "
+                        "cannot be read or downloaded, it is refused) besides its one line")] = False,
 ) -> None:
     """Serve the REST API (OpenAPI at /docs) and the dashboard (at /dashboard).
 
@@ -48,6 +51,8 @@ def serve(
     import uvicorn
 
     from lm_tuner.api.app import create_app
+    from lm_tuner.tuner.cli.common import options
+    from lm_tuner.tuner.cli.running import DEBUG_VARIABLE
     from lm_tuner.tuner.store import TokenError
 
     settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
@@ -69,9 +74,12 @@ def serve(
                     f"reaches port {port} submit, cancel and delete studies; create a token (`tuner token create "
                     f"NAME`), or pass --insecure")
     listening = _listening_socket(host, port)  # before the worker starts: a port in use is one line, not a mess
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="info",
-                                           timeout_graceful_shutdown=5))
+    debug = debug or options["debug"]  # `tuner --debug serve` too
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port,
+                                           log_level="debug" if debug else "info", timeout_graceful_shutdown=5))
     stopped = False
+    if debug:  # read by the worker, which inherits this environment
+        os.environ[DEBUG_VARIABLE] = "1"
     with stopping_cleanly(), listening:
         runner = None
         try:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 
+import ray
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from lm_tuner.tuner.run.controller import (
     StudyConflict,
+    StudyRefused,
     connect_ray,
     controller_alive,
+    ray_address,
     run_claimed_study,
     this_controller,
 )
@@ -60,15 +63,21 @@ def claim_next_study(url: str) -> StudySpec | None:
 def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
                stop: threading.Event | None = None) -> int:
     """Run queued studies, then queued sensitivity runs, until stopped (or, with `once`, until both queues are
-    empty); returns how many studies ran."""
+    empty); returns how many studies ran. A private local Ray that the worker starts is shut down whenever both
+    queues are empty (its processes hold a gigabyte or more) and started again by the next study; a Ray this process
+    had before the worker started is left to its owner."""
     ensure_schema(settings.storage_url)
     stop = stop or threading.Event()
+    owns_ray = not ray.is_initialized() and ray_address(settings) == "local"
     ran = 0
     while not stop.is_set():
         spec = claim_next_study(settings.storage_url)
         if spec is None:
             if run_sensitivity_requests(settings):
                 continue
+            if owns_ray and ray.is_initialized():
+                ray.shutdown()
+                log.info("queue empty: Ray shut down until the next study")
             if once:
                 break
             stop.wait(poll_seconds)
@@ -81,6 +90,8 @@ def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = Fa
             requeue_study(settings.storage_url, spec.name)
             log.info("study %s put back in the queue; a worker will continue it", spec.name)
             raise
+        except (StudyRefused, StudyConflict) as error:  # expected (no data, no network...): one line, as recorded
+            log.error("study %s failed: %s", spec.name, error, exc_info=log.isEnabledFor(logging.DEBUG))
         except Exception:  # recorded on the study by the controller; the worker keeps serving the queue
             log.exception("study %s failed", spec.name)
         ran += 1
