@@ -42,7 +42,8 @@ if name == "ray" and args[0] == "status":
     print(f"Node status\\nActive:\\n{{nodes}}Pending:\\n (no pending nodes)\\nRecent failures:\\n (no failures)")
     sys.exit(0)
 with log.open("a") as out:
-    variables = {{key: os.environ.get(key) for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}}
+    variables = {{key: os.environ.get(key) for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN",
+                                                      "LM_TUNER_STORAGE", "LM_TUNER_ARTIFACTS")}}
     out.write(json.dumps({{"program": name, "args": args, "env": variables}}) + "\\n")
 if name == "srun":
     command = list(dropwhile(lambda word: word.startswith("-"), args))
@@ -100,10 +101,12 @@ def test_sbatch_starts_the_head_then_the_workers_then_the_runner(tmp_path):
     workers = [call["args"] for call in calls if call["program"] == "ray"][1:]
     assert all({"--address=10.1.2.3:6379", "--num-gpus=4"} <= set(worker) for worker in workers)
     tuner = [call for call in calls if call["program"] == "tuner"]
-    assert [call["args"] for call in tuner] == [
-        ["db", "upgrade", "--storage", STORAGE],
-        ["worker", "--storage", STORAGE, "--artifacts", str(tmp_path / "artifacts"), "--poll-seconds", "5"]]
-    assert order[3:] == [("tuner", ["db", "upgrade"]), ("tuner", ["worker", "--storage"])]
+    # The database's URL, password and all, reaches tuner through its environment: a command line is anyone's (ps).
+    assert [call["args"] for call in tuner] == [["db", "upgrade"], ["worker", "--poll-seconds", "5"]]
+    assert all(call["env"]["LM_TUNER_STORAGE"] == STORAGE for call in tuner)
+    assert all(call["env"]["LM_TUNER_ARTIFACTS"] == str(tmp_path / "artifacts") for call in tuner)
+    assert not [call for call in calls if any("secret" in argument for argument in call["args"])]
+    assert order[3:] == [("tuner", ["db", "upgrade"]), ("tuner", ["worker", "--poll-seconds"])]
     # One token for the job, known to every Ray node and to the driver; the driver finds the head by RAY_ADDRESS.
     ray_variables = {json.dumps(call["env"]) for call in calls if call["program"] in ("ray", "tuner")}
     (shared,) = [json.loads(variables) for variables in ray_variables]
@@ -239,14 +242,20 @@ def test_api_listens_with_authentication_on_and_secrets_from_a_secret():
     assert [url for url in storage if url] == [{"secretKeyRef": {"name": "lm-tuner-secrets", "key": "storage-url"}}] * 3
 
 
+def help_text(*command: str) -> str:
+    return subprocess.run([sys.executable, "-m", "lm_tuner.tuner", *command, "--help"], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "200"}).stdout
+
+
 def options(*command: str) -> set[str]:
-    help_text = subprocess.run([sys.executable, "-m", "lm_tuner.tuner", *command, "--help"], capture_output=True,
-                               text=True, env={**os.environ, "COLUMNS": "200"}).stdout
-    return set(re.findall(r"--[a-z][a-z-]+", help_text))
+    return set(re.findall(r"--[a-z][a-z-]+", help_text(*command)))
 
 
 def test_the_templates_use_options_the_cli_has():
     (api,) = find("Deployment", "lm-tuner-api")["spec"]["template"]["spec"]["containers"]
     assert {word for word in api["args"] if word.startswith("--")} <= options("serve")
-    assert {"--storage", "--artifacts"} <= options("worker") and "--storage" in options("db", "upgrade")
-    assert 'tuner worker --storage "$LM_TUNER_STORAGE" --artifacts "$LM_TUNER_ARTIFACTS"' in SBATCH.read_text()
+    # The SLURM template hands the database and the artifact folder on in the variables the commands default to.
+    assert "[default: $LM_TUNER_STORAGE" in help_text("db", "upgrade")
+    assert {"[default: $LM_TUNER_STORAGE", "[default: $LM_TUNER_ARTIFACTS"} <= set(
+        re.findall(r"\[default: \$LM_TUNER_[A-Z]+", help_text("worker")))
+    assert 'export LM_TUNER_STORAGE LM_TUNER_ARTIFACTS\ntuner db upgrade\nexec tuner worker "$@"' in SBATCH.read_text()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 HOME_VARIABLE = "LM_TUNER_HOME"
 STORAGE_VARIABLE = "LM_TUNER_STORAGE"
@@ -35,7 +37,8 @@ class ObjectStoreUrl(str):
 
     def __new__(cls, url: str) -> ObjectStoreUrl:
         if not _SCHEME.match(url) or url.startswith("file://"):
-            raise SettingsError(f"artifact store: got {url!r}, not an object-storage URL such as s3://bucket/prefix")
+            raise SettingsError(f"artifact store: got {masked_url(url)!r}, not an object-storage URL such as "
+                                f"s3://bucket/prefix")
         return super().__new__(cls, url.rstrip("/"))
 
     def __truediv__(self, relative: str | Path) -> ObjectStoreUrl:
@@ -89,6 +92,9 @@ class Settings:
             return home() / "_ray"
         return self.artifact_root / "_ray"
 
+    def __post_init__(self) -> None:  # what Ray pickles of the URL holds no password (PrivateUrl)
+        object.__setattr__(self, "storage_url", PrivateUrl(self.storage_url))
+
 
 def _check_storage(url: str, option: str) -> None:
     """A URL SQLAlchemy can parse, of a database it has a driver for."""
@@ -98,5 +104,60 @@ def _check_storage(url: str, option: str) -> None:
     try:
         make_url(url).get_dialect()
     except (ArgumentError, NoSuchModuleError, ValueError) as error:
-        raise SettingsError(f"{option}: got {url!r}, not a database URL this installation can use ({error}); "
-                            f"e.g. sqlite:///path/tuner.db or postgresql://user@host/db") from error
+        shown = masked_url(url)
+        raise SettingsError(f"{option}: got {shown!r}, not a database URL this installation can use "
+                            f"({str(error).replace(url, shown)}); e.g. sqlite:///path/tuner.db or "
+                            f"postgresql://user@host/db") from error
+
+
+MASK = "***"  # as SQLAlchemy's render_as_string(hide_password=True) writes a password
+# user:password@ up to the last @ (a password with an unescaped @ is hidden whole), after the scheme and a user name
+_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(?P<password>.*)@(?P<tail>[^@]*)$", re.DOTALL)
+# query parameters that carry a secret: libpq's password=, object stores' secret keys, tokens and signatures
+_SECRET_PARAMETER = re.compile(r"pass|secret|token|signature|credential|key$", re.IGNORECASE)
+
+
+def masked_url(url: str | Path) -> str:
+    """`url` as every message, log line and output shows it: a password in it (`user:password@`, or a query
+    parameter such as `password=`, an object store's secret key or a signature) written `***`. Anything that is not
+    a URL with a secret (a path, a URL without a password, text that does not parse) is shown as it is."""
+    text = str(url)
+    if found := _PASSWORD.match(text):
+        text = f"{found['head']}{MASK}@{found['tail']}"
+    head, mark, query = text.partition("?")
+    if not mark:
+        return text
+    return head + mark + "&".join(_masked_parameter(parameter) for parameter in query.split("&"))
+
+
+def _masked_parameter(parameter: str) -> str:
+    name, equals, _ = parameter.partition("=")
+    return f"{name}={MASK}" if equals and _SECRET_PARAMETER.search(name) else parameter
+
+
+class PrivateUrl(str):
+    """A URL that may hold a password, pickled without it. Ray Tune pickles what holds the storage URL (searchers,
+    callbacks, the stopper, Optuna's storage) into files under the artifact store's `_ray` folder and its own
+    temporary folder: the pickle holds the masked URL, and unpickling finds the whole URL again among those this
+    process was given, else in ${STORAGE_VARIABLE} where it masks to the same text."""
+
+    _whole: ClassVar[dict[str, str]] = {}  # masked URL -> the URL, of every PrivateUrl made in this process
+
+    def __new__(cls, url: str) -> PrivateUrl:
+        made = super().__new__(cls, url)
+        cls._whole[masked_url(made)] = str(made)
+        return made
+
+    def __reduce__(self) -> tuple[Callable[[str], PrivateUrl], tuple[str]]:
+        return _unpickled_url, (masked_url(self),)
+
+
+def _unpickled_url(masked: str) -> PrivateUrl:
+    whole = PrivateUrl._whole.get(masked)
+    given = os.environ.get(STORAGE_VARIABLE)
+    if whole is None and given and masked_url(given) == masked:
+        whole = given
+    if whole is None and MASK in masked:
+        raise SettingsError(f"{masked} was saved without its password, and this process was not given the URL; set "
+                            f"${STORAGE_VARIABLE} to it")
+    return PrivateUrl(whole or masked)

@@ -20,6 +20,7 @@ from lm_tuner.tuner.settings import (
     HOME_VARIABLE,
     STORAGE_VARIABLE,
     Settings,
+    masked_url,
 )
 from lm_tuner.tuner.store import Storage
 
@@ -39,8 +40,9 @@ options = {"debug": False}
 
 StorageOption = Annotated[Optional[str], typer.Option(
     "--storage", metavar="URL",
-    help=f"SQLAlchemy URL of the database, e.g. postgresql://user@host/db [default: ${STORAGE_VARIABLE}, "
-         f"else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
+    help=f"SQLAlchemy URL of the database, e.g. postgresql://user@host/db; a URL with a password belongs in "
+         f"${STORAGE_VARIABLE}, since every user of this machine can read a command line [default: "
+         f"${STORAGE_VARIABLE}, else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
 
 
 Artifacts = Annotated[Optional[str], typer.Option(  # a string: a Path would turn s3://b/p into the folder s3:/b/p
@@ -191,7 +193,7 @@ def refuse_spec(error: "SpecError", shown: int = 10) -> NoReturn:
 
 
 def no_such_study(settings: Settings, name: str, exit_code: int) -> NoReturn:
-    fail(f"no study named {name!r} in {settings.storage_url}", exit_code)
+    fail(f"no study named {name!r} in {masked_url(settings.storage_url)}", exit_code)
 
 
 def command_group(**options: Any) -> typer.Typer:

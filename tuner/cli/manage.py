@@ -14,7 +14,7 @@ from lm_tuner.tuner.cli.common import (
     refuse,
     settings_for_reading,
 )
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import Settings, masked_url
 from lm_tuner.tuner.store import Storage, study_artifacts
 
 
@@ -45,7 +45,7 @@ def delete(
     settings = Settings.from_options(storage, artifacts)
     settings_for_reading(storage)
     root = study_artifacts(settings, name, artifacts)
-    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints in {root / name}?"):
+    if not yes and not typer.confirm(f"Delete study {name!r} and its checkpoints in {masked_url(root / name)}?"):
         raise typer.Exit(1)
     try:
         Storage(settings.storage_url).delete(name, root)
@@ -67,7 +67,7 @@ def db_upgrade(storage: StorageOption = None) -> None:
     settings = Settings.from_options(storage, None)
     database = Storage(settings.storage_url)
     database.upgrade()
-    console.print(f"{settings.storage_url}: schema at revision {database.revision()}")
+    console.print(f"{masked_url(settings.storage_url)}: schema at revision {database.revision()}", markup=False)
 
 
 kernels_app = command_group(help="The C++ kernels for recurrent layers on CPUs.", no_args_is_help=True)

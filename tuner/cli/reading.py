@@ -23,7 +23,7 @@ from lm_tuner.tuner.cli.common import (
     settings_for_reading,
 )
 from lm_tuner.tuner.cli.status_report import print_study
-from lm_tuner.tuner.settings import ArtifactRoot
+from lm_tuner.tuner.settings import ArtifactRoot, masked_url
 from lm_tuner.tuner.store import Storage, TrialView, study_artifacts
 
 if TYPE_CHECKING:
@@ -100,14 +100,15 @@ def best(
             console.print(f"[bold]{family}[/bold]: no complete trial yet")
             continue
         checkpoint = root / trial.checkpoint.path if trial.checkpoint else "none"
+        shown = masked_url(checkpoint)
         if trial.checkpoint and not artifact_store.exists(checkpoint):
-            checkpoint = f"{checkpoint} (missing: give the artifact store with --artifacts)"
+            shown = f"{shown} (missing: give the artifact store with --artifacts)"
         console.print(f"[bold]{family}[/bold] #{trial.number}: {score_name(unit)} ({label}) "
                       f"{unit.of(trial.value):.3f} (cross-entropy {trial.value:.4f} nats){_full_score(trial, unit)}, "
                       f"{trial.parameter_count:,} parameters, hidden {trial.hidden_size}, seed {trial.seed}")
         for key, value in trial.params.items():
             console.print(f"    {key} = {value}")
-        console.print(f"    checkpoint {checkpoint}")
+        console.print(f"    checkpoint {shown}", markup=False)
         if family in copies:
             console.print(f"    downloaded to {copies[family]}")
 
@@ -128,7 +129,7 @@ def _best_document(trial: TrialView, label: str, root: ArtifactRoot) -> dict[str
 
     document = TrialOut.of(trial).model_dump(mode="json") | {"validation": label}
     if trial.checkpoint is not None:
-        document["checkpoint"]["path"] = str(root / trial.checkpoint.path)
+        document["checkpoint"]["path"] = masked_url(root / trial.checkpoint.path)
     return document
 
 
@@ -136,7 +137,7 @@ def _download(checkpoint: artifact_store.Location, trial: TrialView, folder: Pat
     """Copy a trial's checkpoint into `folder` (named as the API names it), refusing bytes whose SHA-256 is not
     the one recorded when it was written."""
     if not artifact_store.exists(checkpoint):
-        fail(f"--download: no checkpoint at {checkpoint}; give the artifact store with --artifacts", 1)
+        fail(f"--download: no checkpoint at {masked_url(checkpoint)}; give the artifact store with --artifacts", 1)
     copy = folder / f"{trial.study}-{trial.family}-{trial.number}.pt".replace("/", "-")
     with copy.open("wb") as handle:
         for chunk in artifact_store.chunks(checkpoint):

@@ -22,7 +22,7 @@ from lm_tuner.tuner.cli.common import (
     stored_study,
 )
 from lm_tuner.tuner.cli.reading import print_study
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import Settings, masked_url
 from lm_tuner.tuner.store import Storage, in_study_store
 
 if TYPE_CHECKING:
@@ -129,8 +129,8 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size:
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
         f"{spec.tuning.trials} trials per family, sampler {spec.tuning.sampler}, "
-        f"{spec.tuning.concurrency} at a time\n[dim]database {settings.storage_url}\n"
-        f"checkpoints {settings.artifact_root}[/dim]"
+        f"{spec.tuning.concurrency} at a time\n[dim]database {escape(masked_url(settings.storage_url))}\n"
+        f"checkpoints {escape(masked_url(settings.artifact_root))}[/dim]"
     )
     try:
         with stopping_cleanly(), live_progress(settings.storage_url, spec) as printer:

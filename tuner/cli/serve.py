@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from lm_tuner.tuner.cli.common import Artifacts, StorageOption, console, refuse, stop_process, stopping_cleanly
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, STORAGE_VARIABLE, Settings
 from lm_tuner.tuner.store import Storage
 
 TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
@@ -84,9 +84,8 @@ def serve(
         runner = None
         try:
             if worker:
-                runner = subprocess.Popen([sys.executable, "-c", WORKER_START.format(parent=os.getpid()),
-                                           "worker", "--storage", settings.storage_url,
-                                           "--artifacts", str(settings.artifact_root)], process_group=0)
+                runner = subprocess.Popen([sys.executable, "-c", WORKER_START.format(parent=os.getpid()), "worker"],
+                                          env=worker_environment(settings), process_group=0)
             console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
             # uvicorn stops serving on SIGINT or SIGTERM, then raises the signal again: KeyboardInterrupt here.
             server.run(sockets=[listening])
@@ -97,6 +96,14 @@ def serve(
                 stop_process(runner, WORKER_GRACE_SECONDS)
     if not (stopped or server.started):  # uvicorn logged why (the app's start-up failed)
         raise typer.Exit(3)
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The worker's environment: this one, with the database and artifact store in the variables the worker reads.
+    Never its arguments: a command line is visible to every user of the machine (`ps`), and the URL may hold a
+    password; a process's environment is readable by its own user only."""
+    return {**os.environ, STORAGE_VARIABLE: str(settings.storage_url),
+            ARTIFACTS_VARIABLE: str(settings.artifact_root)}
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

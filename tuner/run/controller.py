@@ -25,7 +25,7 @@ from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
 from lm_tuner.tuner.run.tuning import tune_families
-from lm_tuner.tuner.settings import ArtifactRoot, Settings
+from lm_tuner.tuner.settings import ArtifactRoot, Settings, masked_url
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
 from lm_tuner.tuner.spec.space import trial_seed
@@ -120,14 +120,15 @@ def refuse_mismatched_artifacts(url: str, name: str, artifact_root: ArtifactRoot
         recorded = session.scalar(select(StudyRecord.artifact_root).where(StudyRecord.name == name))
     if has_trials:
         if recorded is not None and recorded != recorded_form(artifact_root):
+            recorded, artifact_root = masked_url(recorded), masked_url(artifact_root)
             raise StudyConflict(f"artifacts: study {name!r} wrote its checkpoints to {recorded}, not {artifact_root}; "
                                 f"continue it with --artifacts {recorded}")
         return
     folder = artifact_root / name
     if artifact_store.holds_files(folder):
-        raise StudyConflict(f"artifacts: {folder} holds checkpoints of an earlier study named {name!r}, of which this "
-                            f"database has no trial; its trials would resume from them. Remove that folder, give "
-                            f"the study another name, or use another artifact store (--artifacts)")
+        raise StudyConflict(f"artifacts: {masked_url(folder)} holds checkpoints of an earlier study named {name!r}, of "
+                            f"which this database has no trial; its trials would resume from them. Remove that "
+                            f"folder, give the study another name, or use another artifact store (--artifacts)")
 
 
 def refuse_other_corpus(url: str, name: str, corpus: Corpus) -> None:

@@ -26,6 +26,8 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from lm_tuner.tuner.settings import PrivateUrl
+
 P = ParamSpec("P")
 
 
@@ -113,7 +115,9 @@ def sessions(url: str) -> sessionmaker[Session]:
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's storage on the same database; creating it also creates Optuna's tables."""
     url = normalize_url(url)
-    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    storage.url = PrivateUrl(storage.url)  # unpickled, it reconnects from it; Ray pickles it to disk: no password
+    return storage
 
 
 def alembic_config(url: str) -> Config:

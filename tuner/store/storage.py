@@ -13,7 +13,7 @@ from typing import Literal
 
 import optuna
 
-from lm_tuner.tuner.settings import ArtifactRoot
+from lm_tuner.tuner.settings import ArtifactRoot, masked_url
 from lm_tuner.tuner.store import engine, lifecycle
 from lm_tuner.tuner.store import studies as study_queries
 from lm_tuner.tuner.store import tokens as token_table
@@ -29,7 +29,7 @@ class Storage:
         self.url = url
 
     def __repr__(self) -> str:
-        return f"Storage({self.url!r})"
+        return f"Storage({masked_url(self.url)!r})"
 
     # The schema
     def upgrade(self) -> None:
