@@ -41,7 +41,9 @@ class StudySearcher(OptunaSearch):
         points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler, study_name=study_name,
-                         storage=storage, points_to_evaluate=points_to_evaluate)
+                         storage=storage)
+        for point in points_to_evaluate or []:  # Optuna samples what a point leaves out, where Ray refuses the point
+            self._ot_study.enqueue_trial(point)
         self._family = family
         self._on_new_trial = on_new_trial
         self._ledger = ledger

@@ -79,6 +79,12 @@ class Tuning(_Strict):
     initial_points: list[dict[str, HyperparameterValue]] = Field(
         default_factory=list, description="configurations tried first, in order (each family takes the "
                                           "hyperparameters it searches; the rest are sampled)")
+    # Left out of the dump when off, so that a study stored before the field existed dumps as it was stored: a
+    # relaunch continues a study only when its spec is identical.
+    priors: bool = Field(False, exclude_if=lambda on: not on, description=(
+        "try each family's published best configuration (deepmind/lamb) after initial_points: its dropout rates "
+        "and L2 penalty scaled to this study's training and parameter budget, its values clipped into the searched "
+        "ranges (docs/methodology.md#priors); on in the shipped spaces"))
 
 
 class EarlyStopping(_Strict):

@@ -71,10 +71,13 @@ def rerun_seed(spec: StudySpec, repeat: int) -> int:
 
 
 def initial_points(spec: StudySpec, family: str) -> list[dict[str, Any]]:
-    """The spec's initial points restricted to what this family searches (empty points dropped)."""
+    """The spec's initial points restricted to what this family searches (empty points dropped), then the family's
+    published configuration where `tuning.priors` is on (tuner.spec.priors)."""
+    from lm_tuner.tuner.spec.priors import prior_points  # it imports this module's users (feasibility)
+
     searched = spec.searched_for(family)
     points = [{name: value for name, value in point.items() if name in searched}
               for point in spec.tuning.initial_points]
-    return [point for point in points if point]
+    return [point for point in points if point] + prior_points(spec, family)
 
 
