@@ -20,6 +20,7 @@ from lm_tuner.tuner.analysis.study_facts import Baseline, baseline_warning, stud
 from lm_tuner.tuner.analysis.study_frames import EVALUATORS, study_unit, trial_evaluations
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.priors import prior_line, stored_study_priors
 from lm_tuner.tuner.spec.shipped import shipped_spaces
 from lm_tuner.tuner.spec.space import distributions
 from lm_tuner.tuner.spec.units import Unit, unit_of
@@ -155,7 +156,8 @@ def _study(found: StudyView, baseline: Baseline | None = None) -> dict[str, Any]
     baseline = baseline or study_baseline(found)
     return {**StudyOut.of(found).model_dump(), "unit": unit.name, "unit_title": unit.title, "best_score": best,
             "best_possible_score": unit.of(found.best_possible_loss), "warnings": found.warnings,
-            "unigram_score": unit.of(baseline.loss), "unigram_unknown_because": baseline.unknown_because}
+            "unigram_score": unit.of(baseline.loss), "unigram_unknown_because": baseline.unknown_because,
+            "priors": [prior_line(prior) for prior in stored_study_priors(found.spec)]}
 
 
 def _studies(config: Settings, status_filter: str | None, family: str | None, q: str | None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, family_tallies, rerun_counts, tally
 from lm_tuner.tuner.analysis.study_facts import (
@@ -20,6 +21,9 @@ from lm_tuner.tuner.cli.common import PlainTable, console, duration_text, score_
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store import BaselineOut, Storage, StudyDetailOut, StudyView, TrialOut, TrialView
+
+if TYPE_CHECKING:
+    from lm_tuner.tuner.spec.priors import FamilyPrior
 
 SHOWN_PER_FAMILY = 5  # ranked trials of each family shown without --all
 
@@ -38,13 +42,15 @@ def print_study(settings: Settings, name: str, *, as_json: bool = False, every_t
         payload = StudyDetailOut.of(study, BaselineOut(**asdict(baseline))).model_dump(mode="json")
         payload["trials"] = [TrialOut.of(t).model_dump(mode="json") for t in Storage(url).trials(name).items]
         payload |= {"provisional": is_provisional(study.status), "tuning_validation": validation_label(study.spec),
-                    "families_tuning": {family: asdict(tally(tallies, family, "tune")) for family in study.families}}
+                    "families_tuning": {family: asdict(tally(tallies, family, "tune")) for family in study.families},
+                    "priors": [prior.model_dump() for prior in _priors(study)]}
         print(json.dumps(payload, indent=2))
         return True
     unit = unit_of(study.spec)
     _print_heading(study, unit, baseline)
     best = Storage(url).best_trials(name)
     _print_families(study, tallies, best, unit)
+    _print_priors(study)
     warning = baseline_warning(no_better_than_baseline(baseline, {family: _full_or_tuning_loss(best.get(family))
                                                                  for family in study.families}))
     if warning:
@@ -104,6 +110,27 @@ def _print_families(study: StudyView, tallies, best: dict[str, TrialView | None]
         console.print(f"tuning scores are on the first {label.removeprefix('subset of ')} of the validation set; "
                       f"(full): the whole set, scored after tuning for the best trials only", style="dim",
                       markup=False)
+
+
+def _priors(study: StudyView) -> list[FamilyPrior]:
+    """The published configurations the study's families start from; a study without them (or stored before they
+    existed) does not load the model families."""
+    if not study.spec.get("tuning", {}).get("priors"):
+        return []
+    from lm_tuner.tuner.spec.priors import stored_study_priors
+
+    return stored_study_priors(study.spec)
+
+
+def _print_priors(study: StudyView) -> None:
+    """A line per family: the published configuration its first trials include, scaled as shown."""
+    priors = _priors(study)
+    if not priors:
+        return
+    from lm_tuner.tuner.spec.priors import prior_line
+
+    for prior in priors:
+        console.print(f"starts from (tuning.priors) {prior_line(prior)}", style="dim", markup=False, soft_wrap=True)
 
 
 def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, unit: Unit, every_trial: bool) -> bool:
