@@ -21,7 +21,7 @@ from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.estimate import CorpusSize, Machine, ProbeTiming, estimate_trial, with_estimates
 from lm_tuner.tuner.spec.feasibility import submission_issues
-from lm_tuner.tuner.spec.plan import corner_points, plan_study, shaping_names
+from lm_tuner.tuner.spec.plan import corner_points, hidden_size_floor, plan_study, shaping_names
 from lm_tuner.tuner.spec.shipped import shipped_space
 from lm_tuner.tuner.spec.space import trial_setup
 from tests.conftest import TINY_SPEC, serve_app
@@ -68,8 +68,19 @@ def test_plan_of_the_tiny_spec_solves_every_family_with_the_trials_solver():
     lstm, mogrifier = planned.families
     assert lstm.hidden_size.min == lstm.hidden_size.max  # it searches nothing that changes its shape
     assert mogrifier.hidden_size.min < mogrifier.hidden_size.max  # 1 to 4 mogrifier rounds: fewer, wider
-    assert any("hidden size as small as" in warning and "mogrifier_rounds=4" in warning
-               for warning in planned.warnings)
+    assert planned.warnings == []  # hidden sizes 28 to 30, above the vocabulary's 20: the softmax has full rank
+
+
+def test_the_hidden_size_warning_holds_a_model_to_its_vocabulary_up_to_128():
+    """The demo (vocabulary 48) was warned that hidden sizes of 83 were below 128; a state as large as the vocabulary
+    already gives the softmax full rank. Below the vocabulary size, and below 128 for larger vocabularies, it warns."""
+    spec = spec_with()
+    assert [hidden_size_floor(size) for size in (20, 48, 128, 10_000)] == [20, 48, 128, 128]
+    (small,) = [w for w in plan_study(spec, vocab_size=40).warnings if "'mogrifier': hidden size as small as" in w]
+    assert "mogrifier_rounds=4" in small and "below 40 (the vocabulary size: a smaller state limits the softmax's " \
+        "rank)" in small
+    (large,) = [w for w in plan_study(spec, vocab_size=300).warnings if "'mogrifier': hidden size as small as" in w]
+    assert "below 128 the recurrent state has little room" in large
 
 
 def test_corners_span_only_the_ranges_that_change_the_parameter_count():
@@ -124,6 +135,11 @@ def test_estimates_extrapolate_the_probe_with_the_schedule():
     assert planned.estimate.study_seconds == pytest.approx((lstm.trial_seconds + mogrifier.trial_seconds) / 2)
     (warning,) = [warning for warning in planned.warnings if "evaluation takes" in warning]
     assert warning.startswith("family 'mogrifier': evaluation takes an estimated")
+    quick = ProbeTiming(step_seconds=0.0005, evaluation_seconds_per_token=0.0001, cpu_per_wall=1.0)  # 0.1 s a turn
+    quiet = with_estimates(plan_study(spec, 20), spec, {"lstm": quick}, size, machine=Machine(cpus=2, gpus=0),
+                           device="cpu", threads=1, probe_seconds=1.0)
+    assert quiet.families[0].estimate.evaluation_share > 0.9  # of a trial of 0.3 s: no time worth saving
+    assert not [warning for warning in quiet.warnings if "evaluation takes" in warning]
     one_core = with_estimates(plan_study(spec, 20), spec, {}, size, machine=Machine(cpus=1, gpus=0), device="cpu",
                               threads=1, probe_seconds=1.0)
     assert one_core.estimate.parallel_trials == 1
@@ -195,7 +211,8 @@ def test_api_plans_and_returns_warnings_with_submissions(tmp_path):
         warned = client.post("/studies/plan", content=short, headers=yaml_body).json()["warnings"]
         assert any(warning.startswith("training.bptt: got 30") for warning in warned)
 
-        submitted = client.post("/studies", content=yaml.safe_dump(TINY_SPEC), headers=yaml_body)
+        narrow = {**TINY_SPEC, "dataset": {**TINY_SPEC["dataset"], "vocab_size": 300}}  # hidden sizes below 128
+        submitted = client.post("/studies", content=yaml.safe_dump(narrow), headers=yaml_body)
         assert submitted.status_code == 202
         assert any("hidden size as small as" in warning for warning in submitted.json()["warnings"])
         unreadable = {**TINY_SPEC, "dataset": {"path": str(tmp_path / "absent"), "format": "ptb"}}

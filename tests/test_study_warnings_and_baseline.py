@@ -35,7 +35,7 @@ from tests.test_evaluation_subset import turn_result
 from tests.test_progress import ONE_FAMILY, add_study, add_trial, ray_trial
 from tests.test_reports import TWO_FAMILIES, command, trial
 
-EVALUATION_HEAVY = {"train_seconds": 1.0, "eval_seconds": 3.0}  # 75% of the turn evaluating
+EVALUATION_HEAVY = {"train_seconds": 2.0, "eval_seconds": 6.0}  # 75% of the turn evaluating, over 5 s
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def test_the_launch_prints_the_evaluation_warning_with_the_result_that_raised_it
     lines = output.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("start  costly/lstm#0")
     assert lines[1] == ("warning: study 'costly', family 'lstm': evaluation took 75% of trial 0's time so far "
-                        "(3.0 s of 4.0 s), more than 25%; set training.validation_tokens to score a fixed subset of "
+                        "(6.0 s of 8.0 s), more than 25%; set training.validation_tokens to score a fixed subset of "
                         "the validation split after each turn, or raise training.steps_per_turn")
     assert get_study(storage_url, "costly").warnings == [lines[1].removeprefix("warning: ")]
 
@@ -83,6 +83,19 @@ def test_a_launch_shows_the_warning_once_and_a_worker_logs_it(storage_url, caplo
                     **EVALUATION_HEAVY)
     (logged,) = ours(caplog)
     assert "study 'worked', family 'lstm': evaluation took 75%" in logged.getMessage()
+
+
+def test_the_share_of_a_trial_too_short_to_matter_is_not_warned_about(sqlite_url):
+    """small/mogrifier_ptb was told evaluation took 44% of trial 1's time (0.0 s of 0.1 s): evaluating costs less
+    than starting a trial there, and the share of a tenth of a second is noise."""
+    add_study(sqlite_url, "quick")
+    trial_id = add_trial(sqlite_url, "quick", "tune", "RUNNING", seconds=0)
+    record_turn(sqlite_url, trial_id, 1, train_seconds=0.05, eval_seconds=0.04)
+    record_turn(sqlite_url, trial_id, 2, train_seconds=1.0, eval_seconds=4.9)  # 4.94 s of 6.0 s so far
+    assert get_study(sqlite_url, "quick").warnings == []
+    record_turn(sqlite_url, trial_id, 3, train_seconds=0.1, eval_seconds=0.1)  # 5.04 s: now it costs a trial's start
+    (warning,) = get_study(sqlite_url, "quick").warnings
+    assert "evaluation took 81% of trial 0's time so far (5.0 s of 6.2 s)" in warning
 
 
 def test_a_resumed_study_is_not_warned_twice(storage_url):

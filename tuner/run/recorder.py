@@ -2,7 +2,8 @@
 
 Optuna's tables get states and values from the searcher; this adds the learning curve (one row per
 turn), the best checkpoint of each trial, what its evaluations cost and covered, and the reason a
-trial failed. It also warns, once per study, when evaluating takes a large share of a trial's time: the warning is
+trial failed. It also warns, once per study, when evaluating takes a large share of a trial's time (and more than
+MIN_WARNED_EVALUATION_SECONDS: a share of a trial too short to matter is not): the warning is
 stored with the study (`tuner status`, `GET /studies/{name}`, and the launch's progress lines, which read it
 right after this callback) and logged (a worker's log).
 """
@@ -17,6 +18,7 @@ from ray.tune import Callback
 from sqlalchemy import delete, func, select
 
 from lm_tuner.tuner.run.reporting import FAILED
+from lm_tuner.tuner.spec.estimate import MIN_WARNED_EVALUATION_SECONDS
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import CheckpointRecord, StudyRecord, TrialRecord, TurnRecord
 
@@ -81,7 +83,7 @@ class StudyRecorder(Callback):
         if record.study_name in self._warned_studies or evaluating + training <= 0:
             return
         share = evaluating / (evaluating + training)
-        if share <= EVALUATION_SHARE_LIMIT:
+        if share <= EVALUATION_SHARE_LIMIT or evaluating < MIN_WARNED_EVALUATION_SECONDS:
             return
         self._warned_studies.add(record.study_name)
         fix = ("lower training.validation_tokens" if subset else

@@ -15,6 +15,10 @@ from lm_tuner.tuner.spec.feasibility import reverse_copy_example_tokens
 from lm_tuner.tuner.spec.plan import StudyEstimate, StudyPlan, TrialEstimate
 
 MAX_EVALUATION_SHARE = 0.25
+MIN_WARNED_EVALUATION_SECONDS = 5.0
+"""Evaluation taking less of a trial than this is not warned about whatever its share: it costs less than starting
+the trial (its process, data and model: about 6 s in benchmarks/results/study_efficiency_*.json), so shortening it
+saves next to nothing, and the share of a trial of a fraction of a second is mostly noise."""
 
 
 class CorpusSize(BaseModel):
@@ -128,7 +132,8 @@ def with_estimates(plan: StudyPlan, spec: StudySpec, timings: dict[str, ProbeTim
         estimate = estimate_trial(spec.training, timings[family.family], size)
         families.append(family.model_copy(update={"estimate": estimate}))
         work += family.runs * estimate.trial_seconds
-        if estimate.evaluation_share > MAX_EVALUATION_SHARE:
+        if estimate.evaluation_share > MAX_EVALUATION_SHARE and \
+                estimate.turns * estimate.evaluation_seconds >= MIN_WARNED_EVALUATION_SECONDS:
             warnings.append(
                 f"family {family.family!r}: evaluation takes an estimated {estimate.evaluation_share:.0%} of each "
                 f"trial ({estimate.evaluation_seconds:.1f} s per turn for "

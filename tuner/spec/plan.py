@@ -30,7 +30,7 @@ SAMPLES = 50
 SAMPLE_SEED = 0
 MAX_CORNERS = 64  # 2**6: beyond six shaping ranges, the two extremes and each range flipped alone
 MIN_RECURRENT_SHARE = 0.25
-MIN_HIDDEN_SIZE = 128
+MIN_HIDDEN_SIZE = 128  # for vocabularies at least this large (hidden_size_floor)
 MIN_LEARNABLE_SHARE = 0.5
 SHAPE_PROBE_HIDDEN = 64  # any size > 1 shows whether a value changes the parameter count
 
@@ -176,10 +176,18 @@ def _plan_family(spec: StudySpec, family: str, vocab_size: int, samples: int,
         "median_point": (sampled + corners)[median_index], "embedding_size": median.embedding_size,
         "parameters": parameters})
     smallest = (sampled + corners)[min(solved, key=lambda index: solved[index].hidden_size)]
-    return planned, warnings + _shape_warnings(spec, planned, {name: smallest[name] for name in shaping})
+    return planned, warnings + _shape_warnings(spec, planned, {name: smallest[name] for name in shaping}, vocab_size)
 
 
-def _shape_warnings(spec: StudySpec, planned: FamilyPlan, smallest: Point) -> list[str]:
+def hidden_size_floor(vocab_size: int) -> int:
+    """The hidden size below which a family is warned about: MIN_HIDDEN_SIZE, or the vocabulary size where that is
+    smaller. A softmax over a d-dimensional state gives log-probability matrices of rank at most d + 1 (the softmax
+    bottleneck: Yang et al. 2018, Breaking the Softmax Bottleneck); from the vocabulary size on, no next-token
+    distribution is out of its reach, so a tiny vocabulary (a generated corpus, characters) needs no more room."""
+    return min(MIN_HIDDEN_SIZE, vocab_size)
+
+
+def _shape_warnings(spec: StudySpec, planned: FamilyPlan, smallest: Point, vocab_size: int) -> list[str]:
     warnings = []
     parameters, hidden = planned.parameters, planned.hidden_size
     recurrent = parameters["recurrent"] / spec.parameter_budget
@@ -189,12 +197,14 @@ def _shape_warnings(spec: StudySpec, planned: FamilyPlan, smallest: Point) -> li
             f"shape (hidden size {hidden.median}; embedding {parameters['embedding']:,}, softmax "
             f"{parameters['softmax']:,}, recurrent {parameters['recurrent']:,}): the study compares embeddings more "
             f"than recurrent cells; raise parameter_budget or lower input_embedding_ratio")
-    if hidden.min < MIN_HIDDEN_SIZE:
+    floor = hidden_size_floor(vocab_size)
+    if hidden.min < floor:
         where = ", ".join(f"{name}={_shown(value)}" for name, value in smallest.items()) or "the fixed values"
+        why = "" if floor == MIN_HIDDEN_SIZE else " (the vocabulary size: a smaller state limits the softmax's rank)"
         warnings.append(
             f"family {planned.family!r}: hidden size as small as {hidden.min} (at {where}; median {hidden.median}); "
-            f"below {MIN_HIDDEN_SIZE} the recurrent state has little room: raise parameter_budget or narrow the "
-            f"ranges that shrink it")
+            f"below {floor}{why} the recurrent state has little room: raise parameter_budget or narrow the ranges "
+            f"that shrink it")
     return warnings
 
 
