@@ -242,3 +242,8 @@ def test_the_priors_come_after_the_specs_own_initial_points():
     assert initial_points(spec, "mogrifier") == [{"learning_rate": 0.005},
                                                  {"learning_rate": 0.002299987130225388, "mogrifier_rounds": 4}]
     assert family_prior(spec, "mogrifier").notes == ["mogrifier_rounds 5 clipped to 4, into the study's range 1-4"]
+
+
+def test_every_shipped_space_starts_from_the_priors():
+    for path in sorted(SPACES.glob("*.yaml")):
+        assert load_spec(path).tuning.priors, path.name
