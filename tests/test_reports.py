@@ -110,6 +110,39 @@ def test_status_of_a_finished_study_is_not_provisional(storage_url):
     assert row(text, "lstm")[5] == f"{math.exp(2.0):.3f}" and row(text, "mogrifier")[3] == "1"
 
 
+def test_status_counts_interrupted_trials_in_the_family_table_as_its_list_does(storage_url):
+    add_study(storage_url, "stopped", status="failed", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
+    trial(storage_url, "stopped", "lstm", "COMPLETE", 3.0)
+    add_trial(storage_url, "stopped", "tune", "FAIL", family="lstm", interrupted=True)  # a Ctrl-C
+    trial(storage_url, "stopped", "mogrifier", "FAIL")
+    add_trial(storage_url, "stopped", "tune", "FAIL", family="mogrifier", interrupted=True)
+
+    text = command(storage_url, "status", "stopped")
+    header = next(line for line in text.splitlines() if "┃ family" in line)
+    assert [cell.strip() for cell in header.strip("┃ ").split("┃")][:6] == [
+        "family", "complete", "pruned", "failed", "interrupted", "running"]
+    assert row(text, "lstm")[1:6] == ["1", "0", "0", "1", "0"]
+    assert row(text, "mogrifier")[1:6] == ["0", "0", "1", "1", "0"]
+    assert "interrupted: stopped with their controller or by a cancel; counted in no outcome" in text
+    assert "lstm#1 interrupted: " in text and "mogrifier#0 failed: " in text and "mogrifier#1 interrupted: " in text
+
+    every = command(storage_url, "status", "stopped", "--all")
+    states = [row(every, rank)[2] for rank in ("1", "-")]  # lstm: its complete trial, then the interrupted one
+    assert states == ["complete", "interrupted"]
+    assert every.count("│ interrupted │") == 2 and every.count("│ fail ") == 1  # as the table counts them
+    payload = json.loads(command(storage_url, "status", "stopped", "--json"))
+    assert payload["families_tuning"]["lstm"] | {"best_value": None} == {
+        "complete": 1, "pruned": 0, "failed": 0, "running": 0, "interrupted": 1, "best_value": None}
+
+
+def test_status_without_interrupted_trials_has_no_such_column(storage_url):
+    add_study(storage_url, "clean", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2})
+    trial(storage_url, "clean", "lstm", "COMPLETE", 3.0)
+    trial(storage_url, "clean", "mogrifier", "FAIL")
+    text = command(storage_url, "status", "clean")
+    assert "interrupted" not in text and "mogrifier#0 failed: " in text
+
+
 def test_a_narrow_status_table_never_splits_a_hyperparameter(sqlite_url):
     """Piped to a file, the table is 80 columns wide: each name=value stays whole on a line of its own."""
     add_study(sqlite_url, "narrow", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
@@ -138,7 +171,7 @@ def test_the_unigram_baseline_is_the_corpus_s(storage_url):
     assert f"unigram baseline: val ppl {expected:.3f}" in command(storage_url, "status", "base")
 
 
-def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url, tmp_path):
+def test_compare_waits_for_every_rerun_and_names_no_winner_the_seeds_do_not_separate(storage_url, tmp_path):
     add_study(storage_url, "seeded", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2},
               reruns={"top": 1, "seeds": 2})
     trial(storage_url, "seeded", "lstm", "COMPLETE", 2.0)
@@ -165,19 +198,22 @@ def test_compare_names_a_winner_only_once_every_rerun_finished(storage_url, tmp_
         record.state, record.value = "COMPLETE", 1.0
     set_status(storage_url, "seeded", "complete")
     found = comparison(storage_url, "seeded")
-    assert found.winner == "mogrifier" and not found.provisional and "reruns" in found.winner_by
+    # two seeds each: the 95% interval of the difference holds 0, so no winner is named
+    assert found.winner is None and not found.provisional and "reruns" in found.winner_by
+    assert found.verdict.startswith("no clear winner at this budget: mogrifier is ahead of lstm by")
     mogrifier = found.families[1]
     assert mogrifier.valid.mean == pytest.approx(math.exp(0.95), rel=0.01) and mogrifier.valid.count == 2
     text = command(storage_url, "compare", "seeded")
-    assert "winner: mogrifier" in text and "(n=2)" in row(text, "mogrifier")[3] and "±" in row(text, "mogrifier")[3]
+    assert "winner:" not in text and "(n=2)" in row(text, "mogrifier")[3] and "±" in row(text, "mogrifier")[3]
+    assert "no clear winner at this budget: mogrifier is ahead of lstm" in " ".join(text.split())
     assert row(text, "lstm")[2] == "2/2"  # reruns finished
     payload = json.loads(command(storage_url, "compare", "seeded", "--json"))
     assert {"study", "unit", "families", "winner", "winner_by", "verdict", "reruns_planned"} <= set(payload)
-    assert payload["winner"] == "mogrifier" and payload["families"][1]["valid"]["count"] == 2
+    assert payload["winner"] is None and payload["families"][1]["valid"]["count"] == 2
     # two seeds each: the interval of the difference is wide, and the verdict says the seeds do not separate them
     assert found.margin.runner_up == "lstm" and found.margin.low < 0 < found.margin.difference < found.margin.high
-    assert "ahead of lstm by" in found.verdict and found.verdict.endswith("the seeds do not separate them")
-    assert "(Welch's t over the seeds): the seeds do not separate them" in text
+    assert "the seeds do not separate them; by the tuning curves" in found.verdict
+    assert "(Welch's t over the seeds): the seeds do not separate them" in " ".join(text.split())
     assert payload["margin"]["runner_up"] == "lstm" and payload["margin"]["low"] == pytest.approx(found.margin.low)
 
 

@@ -15,14 +15,15 @@ from lm_tuner.tuner.store.views import SETTLED_STATES
 
 @dataclass(frozen=True)
 class FamilyTally:
-    """One family's trials of one stage. Interrupted trials (run again on resume) count in none of the
-    outcomes, as the controller counts them."""
+    """One family's trials of one stage. Interrupted trials (failed when their controller stopped, run again on
+    resume) count in none of the outcomes, as the controller counts them, but in `interrupted`."""
 
     complete: int = 0
     pruned: int = 0
     failed: int = 0
     running: int = 0
     best_value: float | None = None  # lowest validation loss of its complete trials
+    interrupted: int = 0
 
     @property
     def settled(self) -> int:
@@ -41,12 +42,13 @@ def family_tallies(url: str, name: str) -> Tallies:
                     func.count().filter(and_(TrialRecord.state == "PRUNED", kept)).label("pruned"),
                     func.count().filter(and_(TrialRecord.state == "FAIL", kept)).label("failed"),
                     func.count().filter(TrialRecord.state == "RUNNING").label("running"),
-                    func.min(TrialRecord.value).filter(TrialRecord.state == "COMPLETE").label("best_value"))
+                    func.min(TrialRecord.value).filter(TrialRecord.state == "COMPLETE").label("best_value"),
+                    func.count().filter(TrialRecord.interrupted.is_(True)).label("interrupted"))
              .where(TrialRecord.study_name == name, TrialRecord.state.in_((*SETTLED_STATES, "RUNNING")))
              .group_by(TrialRecord.family, TrialRecord.stage))
     with reading(url) as connection:
         return {(row.family, row.stage): FamilyTally(row.complete, row.pruned, row.failed, row.running,
-                                                     row.best_value)
+                                                     row.best_value, row.interrupted)
                 for row in connection.execute(query)}
 
 

@@ -93,19 +93,25 @@ def _print_families(study: StudyView, tallies, best: dict[str, TrialView | None]
     provisional = " (provisional)" if is_provisional(study.status) else ""
     reruns = rerun_counts(study.spec, tallies)
     subset = label != "full"
-    columns = ["family", "complete", "pruned", "failed", "running", f"best {score_name(unit)} ({label})",
+    interrupted = sum(tally(tallies, family, "tune").interrupted for family in study.families)
+    columns = ["family", "complete", "pruned", "failed", *(["interrupted"] if interrupted else []), "running",
+               f"best {score_name(unit)} ({label})",
                *([f"its {score_name(unit)} (full)"] if subset else []), "best trial",
                *(["reruns finished"] if reruns else [])]
     table = PlainTable(*columns, title="tuning trials per family" + provisional)
     for family in study.families:
         counts, top = tally(tallies, family, "tune"), best.get(family)
-        row = [family, *(str(n) for n in (counts.complete, counts.pruned, counts.failed, counts.running)),
+        row = [family, *(str(n) for n in (counts.complete, counts.pruned, counts.failed,
+                                            *([counts.interrupted] if interrupted else []), counts.running)),
                "-" if top is None else f"{unit.of(top.value):.3f}{provisional}",
                *([_full(top, unit)] if subset else []), "-" if top is None else f"#{top.number}"]
         if reruns:
             row.append(f"{reruns[family].finished}/{reruns[family].planned}")
         table.add_row(*row)
     console.print(unclipped(table))
+    if interrupted:
+        console.print("interrupted: stopped with their controller or by a cancel; counted in no outcome, they run again "
+                      "when the study continues", style="dim", markup=False)
     if subset:
         console.print(f"tuning scores are on the first {label.removeprefix('subset of ')} of the validation set; "
                       f"(full): the whole set, scored after tuning for the best trials only", style="dim",
@@ -155,7 +161,7 @@ def _print_ranked(url: str, study: StudyView, family: str, counts: FamilyTally, 
         params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
         value = "-" if trial.value is None else f"{unit.of(trial.value):.3f}"
         table.add_row(str(rank) if trial.value is not None else "-", f"#{trial.number}",
-                      *([trial.state.lower()] if every_trial else []), value, *([_full(trial, unit)] if subset else []),
+                      *([_state(trial)] if every_trial else []), value, *([_full(trial, unit)] if subset else []),
                       *(_reversed_half(trial) if memory else ()),
                       "-" if trial.parameter_count is None else f"{trial.parameter_count:,}",
                       "-" if trial.hidden_size is None else str(trial.hidden_size),
@@ -168,9 +174,15 @@ def _print_failures(url: str, name: str) -> None:
     failed = Storage(url).trials(name, state="FAIL", limit=FAILURES_SHOWN)
     for trial in failed.items:
         reason = trial.fail_reason or "no reason was recorded (see the controller's log)"
-        console.print(f"{trial.family}#{trial.number} failed: {reason}", style="red", markup=False)
+        console.print(f"{trial.family}#{trial.number} {_state(trial, 'failed')}: {reason}", style="red",
+                      markup=False)
     if failed.total > len(failed.items):
         console.print(f"[red]... and {failed.total - len(failed.items)} more failed trials[/red]")
+
+
+def _state(trial: TrialView, failed: str = "fail") -> str:
+    """A trial's state as the family table counts it: a failed trial that runs again on resume is interrupted."""
+    return "interrupted" if trial.interrupted else failed if trial.state == "FAIL" else trial.state.lower()
 
 
 def _reversed_half(trial: TrialView) -> tuple[str, str]:

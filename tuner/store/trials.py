@@ -76,7 +76,8 @@ def learning_curve(url: str, trial_id: int) -> list[TurnRecord]:
 
 
 _TRIAL_COLUMNS = ("trial_id", "study_name", "family", "stage", "parent_trial_id", "number", "state", "value",
-                  "hidden_size", "parameter_count", "seed", "fail_reason", "turns_reported", "wall_seconds",
+                  "hidden_size", "parameter_count", "seed", "fail_reason", "interrupted", "turns_reported",
+                  "wall_seconds",
                   "train_seconds", "eval_seconds", "val_tokens", "val_subset", "full_value",
                   "reversed_loss", "reversed_accuracy")
 

@@ -55,6 +55,7 @@ class TrialView:
     parameter_count: int | None
     seed: int | None
     fail_reason: str | None
+    interrupted: bool  # failed because its controller stopped or the study was cancelled: run again on resume
     turns_reported: int
     wall_seconds: float | None
     last_value: float | None
