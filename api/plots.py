@@ -11,10 +11,19 @@ from pydantic import Field
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, require_study, study_or_404
 from lm_tuner.api.params import StudyName, text_query
-from lm_tuner.api.schemas import CurvesOut, HistoryBest, HistoryOut, ImportanceOut, ParallelOut
+from lm_tuner.api.schemas import (
+    BudgetCurvesOut,
+    BudgetFamilyOut,
+    CurvesOut,
+    HistoryBest,
+    HistoryOut,
+    ImportanceOut,
+    ParallelOut,
+)
 from lm_tuner.dashboards import (
     Range,
     averaging_switches,
+    budget_curves_figure,
     curves_figure,
     figure_json,
     history_figure,
@@ -22,10 +31,12 @@ from lm_tuner.dashboards import (
     neighbourhood,
     parallel_figure,
 )
+from lm_tuner.tuner.analysis.compute_account import study_account
 from lm_tuner.tuner.analysis.study_frames import (
     MAX_CURVES,
     Evaluator,
     best_trial_ids,
+    budget_frame,
     curves_frame,
     history_frame,
     importances,
@@ -52,6 +63,30 @@ def history(name: StudyName, config: SettingsDep) -> HistoryOut:
     counts = {state: int(count) for state, count in frame["state"].value_counts().items()}
     return HistoryOut(unit=unit.name, figure=figure_json(history_figure(frame, unit.title)), best=best,
                       counts=counts)
+
+
+@router.get("/studies/{name}/budget-curves", response_model=BudgetCurvesOut, responses=NotFound)
+def budget_curves(name: StudyName, config: SettingsDep) -> BudgetCurvesOut:
+    """Each family's best validation score so far against the training tokens and the device-seconds (CPU
+    core-seconds or GPU-seconds) its tuning trials have spent, in the order their turns were recorded, with the
+    equal points (the least any family spent) marked and each family's tokens per device-second."""
+    account = study_account(config.storage_url, name)
+    if account is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
+    unit = study_unit(config.storage_url, name)
+    rates = {family.family: family.tokens_per_second for family in account.families}
+    figure = budget_curves_figure(budget_frame(account, unit), families=[f.family for f in account.families],
+                                  rates=rates, equal_tokens=account.tokens.point, equal_compute=account.compute.point,
+                                  compute_unit=account.compute_unit, y_title=unit.title)
+    families = [BudgetFamilyOut(
+        family=family.family, tokens=None if family.total("tokens") is None else int(family.total("tokens")),
+        compute_seconds=family.total("compute"), tokens_per_second=family.tokens_per_second,
+        best_at_equal_tokens=unit.of(account.tokens.best.get(family.family)),
+        best_at_equal_compute=unit.of(account.compute.best.get(family.family))) for family in account.families]
+    return BudgetCurvesOut(unit=unit.name, compute_unit=account.compute_unit,
+                           equal_tokens=None if account.tokens.point is None else int(account.tokens.point),
+                           equal_compute_seconds=account.compute.point, families=families,
+                           figure=figure_json(figure))
 
 
 @router.get("/studies/{name}/curves", response_model=CurvesOut, responses=NotFound)

@@ -37,6 +37,7 @@ from lm_tuner.tuner.store import (
 )
 
 PARETO_AXES = {
+    "compute": ("compute_seconds", "compute ({compute_unit})"),  # the trial's CPU core-seconds or GPU-seconds
     "params": ("parameter_count", "trainable parameters"),
     "wall_seconds": ("wall_seconds", "training wall time (s)"),
     "gpu_seconds": ("gpu_seconds", "GPU time reserved (s)"),
@@ -167,10 +168,13 @@ async def trials(
 async def pareto(
     name: StudyName,
     config: SettingsDep,
-    x: Annotated[Literal["params", "wall_seconds", "gpu_seconds"], Query(description="the cost axis")] = "params",
+    x: Annotated[Literal["compute", "params", "wall_seconds", "gpu_seconds"],
+                 Query(description="the cost axis: compute (CPU core-seconds or GPU-seconds, as the trials ran), "
+                                   "trainable parameters, training wall time or GPU time reserved")] = "compute",
 ) -> ParetoOut:
     """Validation perplexity (bits per character for character-level corpora) vs a cost, one colour per family;
-    the non-dominated trials as a figure and as data."""
+    the non-dominated trials as a figure and as data. Trials without the cost recorded (compute before the compute
+    account was kept) are left out."""
     return await run_in_threadpool(_pareto, config, name, x)
 
 
@@ -179,8 +183,10 @@ def _pareto(config: Settings, name: str, x: str) -> ParetoOut:
     column, title = PARETO_AXES[x]
     unit = study_unit(config.storage_url, name)
     frame = pareto_frame(config.storage_url, name)
+    title = title.format(compute_unit=frame.attrs["compute_unit"])
     frame["score"] = unit.convert(frame["value"])
-    front = frame[non_dominated(frame, column, "score")] if not frame.empty else frame
+    costed = frame.dropna(subset=[column])
+    front = costed[non_dominated(costed, column, "score")] if not costed.empty else costed
     figure = pareto_figure(frame, x=column, x_title=title, y="score", y_title=unit.title)
     points = [ParetoPoint(trial_id=row.trial_id, family=row.family, number=row.number, x=getattr(row, column),
                           perplexity=row.perplexity, score=row.score) for row in front.sort_values(column).itertuples()]

@@ -143,6 +143,20 @@ class FamilyResultOut(BaseModel):
                                                                "(nats/token) on the reversed halves; else null")
     reversed_accuracy: EstimateOut | None = Field(None, description="reverse-copy tasks: the final models' share of "
                                                                    "reversed symbols predicted; else null")
+    tokens: int | None = Field(None, description="training tokens the family's tuning trials have spent (every turn "
+                                                 "so far, whatever the trial's state); null where turns were recorded "
+                                                 "without them (before the compute account was kept)")
+    compute_seconds: float | None = Field(None, description="device-seconds they have spent, in the comparison's "
+                                                            "`compute_unit`; null where unknown")
+    tokens_per_second: float | None = Field(None, description="training tokens per device-second (CPU core-second or "
+                                                              "GPU-second) over the family's tuning")
+    best_at_equal_tokens: float | None = Field(None, description="the best validation score (the tuning score) among "
+                                                                 "the family's turns reported within `equal_tokens` "
+                                                                 "(+5%); null where unknown")
+    best_at_equal_compute: float | None = Field(None, description="the same within `equal_compute_seconds` (+5%)")
+    final_tokens: float | None = Field(None, description="training tokens of the final models, mean per model")
+    final_compute_seconds: float | None = Field(None, description="device-seconds of the final models, mean per "
+                                                                  "model")
 
 
 class MarginOut(BaseModel):
@@ -159,7 +173,11 @@ class ComparisonOut(BaseModel):
     study: str
     unit: str
     families: list[FamilyResultOut]
-    winner: str | None = Field(description="named only once every planned rerun (and evaluation) has finished")
+    winner: str | None = Field(description="named only once every planned rerun (and evaluation) has finished, "
+                                           "where the study compares two families or more, and where the 95% "
+                                           "interval of the difference to the runner-up excludes 0 (or none can be "
+                                           "drawn: `margin`); without reruns, only where the tuning account's "
+                                           "winners at equal tokens and compute agree")
     winner_by: str
     status: str
     provisional: bool = Field(description="the study still runs: every number can change")
@@ -167,15 +185,47 @@ class ComparisonOut(BaseModel):
     reruns_planned: int
     reruns_finished: int
     tuning_validation: str = Field(description="which validation set the tuning scores are on")
-    verdict: str = Field(description="the winner and why, or why there is none yet")
-    margin: MarginOut | None = Field(None, description="the winner's margin over the runner-up; null where there is "
-                                                       "no winner or no runner-up")
+    verdict: str = Field(description="the winner, the budget it holds under and why, or why there is none (yet)")
+    margin: MarginOut | None = Field(None, description="the leading family's margin over the runner-up; null where "
+                                                       "there is no leader or no runner-up")
+    winner_holds_at: str | None = Field(None, description="the budget the winner was measured at: its final models' "
+                                                          "tokens and compute per model (equal within 5% or not), "
+                                                          "or the equal budgets of the tuning account")
+    compute_unit: str = Field("CPU core-seconds", description="what device-seconds are here: CPU core-seconds or "
+                                                              "GPU-seconds")
+    equal_tokens: int | None = Field(None, description="the equal-tokens point: the fewest training tokens any "
+                                                       "family's tuning has spent; null where unknown")
+    equal_compute_seconds: float | None = Field(None, description="the equal-compute point: the fewest "
+                                                                  "device-seconds any family's tuning has spent")
+    winner_at_equal_tokens: str | None = Field(None, description="the family with the best tuning score at "
+                                                                 "`equal_tokens`; null for one family, where unknown, "
+                                                                 "or where a family has no score there")
+    winner_at_equal_compute: str | None = Field(None, description="the same at `equal_compute_seconds`")
+    budget_verdict: str = Field("", description="both budgets in words, and why their winners differ where they do")
     unigram_baseline: BaselineOut = Field(description="the unigram baseline of the corpus: the validation "
                                                       "perplexity of word frequencies alone, for scale")
     no_better_than_baseline: list[str] = Field(description="the families whose validation score (of the final "
                                                            "models, else of the best tuning run) does not beat the "
                                                            "unigram baseline: they learned no more than word "
                                                            "frequencies (empty where the baseline is unknown)")
+
+
+class BudgetFamilyOut(BaseModel):
+    family: str
+    tokens: int | None = Field(description="training tokens its tuning has spent; null where not recorded")
+    compute_seconds: float | None = Field(description="device-seconds its tuning has spent (`compute_unit`)")
+    tokens_per_second: float | None = Field(description="training tokens per device-second")
+    best_at_equal_tokens: float | None = Field(description="its best score within `equal_tokens` (+5%)")
+    best_at_equal_compute: float | None = Field(description="its best score within `equal_compute_seconds` (+5%)")
+
+
+class BudgetCurvesOut(BaseModel):
+    unit: str
+    compute_unit: str = Field(description="CPU core-seconds or GPU-seconds")
+    equal_tokens: int | None = Field(description="the fewest training tokens any family's tuning has spent")
+    equal_compute_seconds: float | None = Field(description="the fewest device-seconds any family's tuning has spent")
+    families: list[BudgetFamilyOut]
+    figure: dict[str, Any]
 
 
 class HistoryBest(BaseModel):

@@ -68,12 +68,14 @@ def non_dominated(frame: pd.DataFrame, x: str, y: str) -> pd.Series:
     return pd.Series(flags, index=frame.index, dtype=bool)
 
 
-def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = "perplexity",
-                  x_title: str = "trainable parameters", y_title: str = "validation perplexity") -> go.Figure:
-    """One marker colour per family; the non-dominated trials are ringed and joined by a step line.
+def pareto_figure(trials: pd.DataFrame, *, x: str = "compute_seconds", y: str = "perplexity",
+                  x_title: str = "compute (device-seconds)", y_title: str = "validation perplexity") -> go.Figure:
+    """One marker colour per family; the non-dominated trials are ringed and joined by a step line. The default
+    cost is compute: an equal-budget study holds parameters constant by design, so they would show nothing.
 
     `trials` needs columns family, number, trial_id and the two plotted columns; rows with a
-    missing value (unfinished, pruned or failed trials) are left out.
+    missing value (unfinished, pruned or failed trials, or trials that ran before their cost was recorded) are left
+    out, and the title says so where that leaves none.
     """
     finished = trials.dropna(subset=[x, y])
     figure = go.Figure()
@@ -94,7 +96,10 @@ def pareto_figure(trials: pd.DataFrame, *, x: str = "parameter_count", y: str = 
             customdata=front[["trial_id", "number", "family"]].to_numpy(),
             hovertemplate="non-dominated: %{customdata[2]} #%{customdata[1]}<extra></extra>",
         ))
-    return styled(figure, f"Pareto front: {y_title} vs {x_title}", x_title, y_title, legend_title_text="family")
+    title = f"Pareto front: {y_title} vs {x_title}"
+    if finished.empty and not trials.dropna(subset=[y]).empty:
+        title += f" (no finished trial has its {x_title} recorded: choose another cost)"
+    return styled(figure, title, x_title, y_title, legend_title_text="family")
 
 
 def styled(figure: go.Figure, title: str, x_title: str, y_title: str, **layout: Any) -> go.Figure:

@@ -38,7 +38,7 @@ def test_non_dominated_matches_the_definition_including_ties():
 def test_pareto_figure_colours_families_and_serialises_plainly():
     frame = pd.DataFrame({"trial_id": [1, 2, 3], "family": ["lstm", "mogrifier", "lstm"], "number": [0, 0, 1],
                           "parameter_count": [100, 90, 80], "perplexity": [5.0, 6.0, 7.0]})
-    data = figure_json(pareto_figure(frame))
+    data = figure_json(pareto_figure(frame, x="parameter_count", x_title="trainable parameters"))
     json.dumps(data)  # plain JSON: no numpy arrays or base64 typed arrays left
     traces = {trace["name"]: trace for trace in data["data"]}
     assert traces["lstm"]["x"] == [100, 80] and traces["mogrifier"]["y"] == [6.0]
@@ -48,7 +48,7 @@ def test_pareto_figure_colours_families_and_serialises_plainly():
 
 def test_pareto_figure_without_finished_trials_is_empty():
     empty = pd.DataFrame(columns=["trial_id", "family", "number", "parameter_count", "perplexity"])
-    assert figure_json(pareto_figure(empty))["data"] == []
+    assert figure_json(pareto_figure(empty, x="parameter_count"))["data"] == []
 
 
 def test_averaging_switches_mark_starts_and_restarts():

@@ -2,10 +2,16 @@
 
 Per family: the best tuning run, then — over the final models (the reruns with new seeds, else the
 best tuning run) — validation and test with and without Monte-Carlo dropout and dynamic
-evaluation, as mean ± standard deviation. The winner is the family with the lowest mean validation
-score of its final models, never the luckiest single run, and only once those are all in: every planned
-rerun of every family finished (and scored by the test protocol, where the spec asks for it). A spec without
-reruns compares single tuning runs, once tuning is done, and the verdict says so.
+evaluation, as mean ± standard deviation; and the family's tuning at equal training tokens and at equal
+compute, from the study's compute account (tuner.analysis.compute_account). The winner is the family with
+the lowest mean validation score of its final models, never the luckiest single run, named only once those
+are all in (every planned rerun of every family finished, and scored by the test protocol where the spec asks
+for it), only where the study compares two families or more, and only where the seeds separate it from the
+runner-up: the 95% interval of the difference of their means (Welch's t) excludes 0; otherwise there is no
+clear winner at this budget, and the verdict says what the tuning curves expect more trials to buy. A spec
+without reruns compares single tuning runs, which are the tuning account's own scores: its winner must also be
+the winner at equal tokens and at equal compute (where the account knows them), and no interval can be drawn.
+The verdict says which budget the winner holds under (docs/methodology.md, "The comparison").
 """
 
 from __future__ import annotations
@@ -17,6 +23,13 @@ from typing import Any
 
 from sqlalchemy import select
 
+from lm_tuner.tuner.analysis.budget_sentences import (
+    amount,
+    budget_sentence,
+    final_models_budget,
+    more_trials_sentence,
+)
+from lm_tuner.tuner.analysis.compute_account import StudyAccount, study_account
 from lm_tuner.tuner.analysis.family_tallies import FamilyTally, RerunCount, family_tallies, rerun_counts, tally
 from lm_tuner.tuner.analysis.study_facts import (
     Baseline,
@@ -26,8 +39,9 @@ from lm_tuner.tuner.analysis.study_facts import (
     validation_tokens,
 )
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import sessions
-from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord
+from lm_tuner.tuner.store.schema import EvaluationRecord, StudyRecord, TrialRecord
 from lm_tuner.tuner.store.trials import final_trials, top_trials
 
 KINDS = ("deterministic", "mc", "dynamic", "dynamic_mc")
@@ -72,6 +86,14 @@ class FamilyResult:
     # halves, the part that measures memory; None for other corpora
     reversed_loss: Estimate | None = None
     reversed_accuracy: Estimate | None = None
+    # the family's tuning account (every turn of its tuning trials so far): None where turns were recorded without it
+    tokens: int | None = None  # training tokens
+    compute_seconds: float | None = None  # CPU core-seconds or GPU-seconds (Comparison.compute_unit)
+    tokens_per_second: float | None = None  # training tokens per CPU core-second or GPU-second
+    best_at_equal_tokens: float | None = None  # the best validation score of its tuning at Comparison.equal_tokens
+    best_at_equal_compute: float | None = None  # and at Comparison.equal_compute_seconds
+    final_tokens: float | None = None  # training tokens of its final models, mean per model
+    final_compute_seconds: float | None = None  # their device-seconds, mean per model
 
 
 @dataclass(frozen=True)
@@ -131,8 +153,15 @@ class Comparison:
     reruns_planned: int = 0
     reruns_finished: int = 0
     tuning_validation: str = "full"  # which validation set the tuning scores are on, e.g. "subset of 2,000 tokens"
-    verdict: str = ""  # the winner and why, or why there is none yet
-    margin: Margin | None = None  # the winner's over the runner-up, where there is a winner and a runner-up
+    verdict: str = ""  # the winner, the budget it holds under and why, or why there is none (yet)
+    margin: Margin | None = None  # the leader's over the runner-up, where the final models have both
+    winner_holds_at: str | None = None  # the budget the winner was measured at (equal tokens, equal compute)
+    compute_unit: str = "CPU core-seconds"  # or "GPU-seconds": what the study's trials ran on
+    equal_tokens: int | None = None  # the least training tokens any family's tuning spent (None: unknown)
+    equal_compute_seconds: float | None = None  # the least device-seconds any family's tuning spent
+    winner_at_equal_tokens: str | None = None  # the family with the best tuning score at equal_tokens
+    winner_at_equal_compute: str | None = None  # and at equal_compute_seconds
+    budget_verdict: str = ""  # both in words: who wins at which budget, and why the two differ where they do
 
     def no_better_than(self, baseline: Baseline) -> list[str]:
         """The families whose validation score (of the final models, else of the best tuning run) does not beat the
@@ -160,23 +189,75 @@ def comparison(url: str, name: str) -> Comparison | None:
         return None
     spec_data, status = found
     spec = StudySpec.model_validate(spec_data)
-    unit = "bpc" if spec.character_level else "perplexity"
-    convert = _bits_per_character if spec.character_level else math.exp
+    unit = unit_of(spec_data)
+    convert = unit.of
+    account = study_account(url, name)
     tallies = family_tallies(url, name)
     reruns = rerun_counts(spec_data, tallies)
-    results = [_family_result(url, spec, family, convert, tally(tallies, family, "tune"), reruns.get(family))
-               for family in spec.families]
+    results = [_family_result(url, spec, family, convert, tally(tallies, family, "tune"), reruns.get(family),
+                              account) for family in spec.families]
     label = validation_label(spec_data)
-    winner_by = _winner_by(spec, unit, label)
-    winner, verdict = _verdict(spec, tallies, reruns, results, finished=not is_provisional(status),
+    winner_by = _winner_by(spec, unit.name, label)
+    digits = 3 if spec.character_level else 2
+    provisional = is_provisional(status)
+    leader, verdict = _verdict(spec, tallies, reruns, results, finished=not provisional,
                                subset=validation_tokens(spec_data) is not None)
-    ahead = _winners_margin(results, winner)
-    if winner:
-        verdict = f"winner: {winner}, by the {winner_by}" + (f"; {ahead.sentence(unit)}" if ahead else "")
-    return Comparison(name, unit, results, winner, winner_by, status=status, provisional=is_provisional(status),
+    ahead = _winners_margin(results, leader)
+    winner, verdict, holds_at = _judged(url, spec, leader, verdict, ahead, results, account, unit, winner_by)
+    return Comparison(name, unit.name, results, winner, winner_by, status=status, provisional=provisional,
                       has_reruns=spec.reruns is not None, reruns_planned=sum(c.planned for c in reruns.values()),
                       reruns_finished=sum(c.finished for c in reruns.values()), tuning_validation=label,
-                      verdict=verdict, margin=ahead)
+                      verdict=verdict, margin=ahead, winner_holds_at=holds_at, compute_unit=account.compute_unit,
+                      equal_tokens=None if account.tokens.point is None else int(account.tokens.point),
+                      equal_compute_seconds=account.compute.point, winner_at_equal_tokens=account.tokens.winner,
+                      winner_at_equal_compute=account.compute.winner,
+                      budget_verdict=budget_sentence(account, unit, digits, provisional=provisional))
+
+
+def _judged(url: str, spec: StudySpec, leader: str | None, pending: str, ahead: Margin | None,
+            results: list[FamilyResult], account: StudyAccount, unit: Unit, winner_by: str
+            ) -> tuple[str | None, str, str | None]:
+    """The winner, the verdict and the budget the winner holds under: the final models' leader, named where the study
+    compares families, the seeds do not leave it in doubt and (without reruns) the tuning account agrees."""
+    if len(spec.families) < 2:
+        return None, f"one family ({spec.families[0]}): nothing to compare it with, so no winner", None
+    if leader is None:
+        return None, pending, None
+    if ahead is not None and ahead.low is not None and not ahead.separated:
+        digits = 3 if spec.character_level else 2
+        return None, (f"no clear winner at this budget: {leader} is {ahead.sentence(unit.name)}; "
+                      f"{more_trials_sentence(_tuning_losses(url, spec), unit, digits)}"), None
+    if spec.reruns is None:  # single tuning runs: the account's own scores, so its winners must agree
+        against = [budget for budget in (account.tokens, account.compute) if budget.winner not in (None, leader)]
+        if against:
+            others = ", ".join(f"{budget.winner} at equal {budget.axis}" for budget in against)
+            return None, (f"no winner: {leader} has the best single tuning run, but the tuning account favours "
+                          f"{others} (no reruns in the spec to settle it)"), None
+        holds_at = _tuning_budget(account)
+    else:
+        holds_at = final_models_budget({r.family: r.final_tokens for r in results},
+                                       {r.family: r.final_compute_seconds for r in results}, account.compute_unit)
+    verdict = f"winner: {leader} at {holds_at}, by the {winner_by}"
+    return leader, verdict + (f"; {ahead.sentence(unit.name)}" if ahead else ""), holds_at
+
+
+def _tuning_budget(account: StudyAccount) -> str:
+    """The equal budgets at which the tuning account names the winner, or why it names it at none."""
+    held = [f"equal {budget.axis} ({amount(budget.axis, budget.point, account.compute_unit)} each)"
+            for budget in (account.tokens, account.compute) if budget.winner]
+    if held:
+        return " and ".join(held) + " in tuning"
+    return "a budget not compared (" + "; ".join(f"at equal {budget.axis}: {budget.none_because}"
+                                                  for budget in (account.tokens, account.compute)) + ")"
+
+
+def _tuning_losses(url: str, spec: StudySpec) -> dict[str, list[float]]:
+    """Each family's complete tuning trials' validation losses, as its tuning curve is drawn from."""
+    with sessions(url)() as session:
+        rows = session.execute(select(TrialRecord.family, TrialRecord.value).where(
+            TrialRecord.study_name == spec.name, TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE",
+            TrialRecord.interrupted.is_(False), TrialRecord.value.is_not(None))).all()
+    return {family: [value for owner, value in rows if owner == family] for family in spec.families}
 
 
 def _winners_margin(results: list[FamilyResult], winner: str | None) -> Margin | None:
@@ -201,7 +282,7 @@ def _winner_by(spec: StudySpec, unit: str, label: str) -> str:
 
 def _verdict(spec: StudySpec, tallies, reruns: dict[str, RerunCount], results: list[FamilyResult], *,
              finished: bool, subset: bool) -> tuple[str | None, str]:
-    """The winner, or None and the reason there is none (yet, while the study runs)."""
+    """The family whose final models lead, or None and the reason there is none (yet, while the study runs)."""
     none = "no winner yet" if not finished else "no winner"
     if spec.reruns is None:
         planned = spec.tuning.trials * len(spec.families)
@@ -230,7 +311,7 @@ def _verdict(spec: StudySpec, tallies, reruns: dict[str, RerunCount], results: l
 
 
 def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: FamilyTally,
-                   reruns: RerunCount | None) -> FamilyResult:
+                   reruns: RerunCount | None, account: StudyAccount) -> FamilyResult:
     finals = final_trials(url, spec.name, family, reruns=spec.reruns is not None)
     best = top_trials(url, spec.name, family, "tune", 1)
     with sessions(url)() as session:
@@ -254,6 +335,9 @@ def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: Fami
     lineage = [Lineage(r.trial_id, r.dyneval_trial_id, r.settings.get("dynamic_evaluation", {}))
                for r in by_kind["dynamic"]]
     best_full = best[0].full_value if best else None
+    spent = next(spent for spent in account.families if spent.family == family)
+    tokens, seconds = spent.total("tokens"), spent.total("compute")
+    at_tokens, at_compute = account.tokens.best.get(family), account.compute.best.get(family)
     return FamilyResult(family, tuning.complete, convert(best[0].value) if best else None,
                         [t.trial_id for t in finals], lineage=lineage, valid_from=valid_from,
                         best_tuning_full=None if best_full is None else convert(best_full),
@@ -262,6 +346,11 @@ def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: Fami
                         reversed_loss=_estimate([t.reversed_loss for t in finals if t.reversed_loss is not None]),
                         reversed_accuracy=_estimate([t.reversed_accuracy for t in finals
                                                      if t.reversed_accuracy is not None]),
+                        tokens=None if tokens is None else int(tokens), compute_seconds=seconds,
+                        tokens_per_second=spent.tokens_per_second,
+                        best_at_equal_tokens=convert(at_tokens), best_at_equal_compute=convert(at_compute),
+                        final_tokens=_mean_of([t.tokens for t in finals]),
+                        final_compute_seconds=_mean_of([t.compute_seconds for t in finals]),
                         **estimates)
 
 
@@ -271,5 +360,8 @@ def _estimate(values: list[float]) -> Estimate | None:
     return Estimate(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
 
 
-def _bits_per_character(loss: float) -> float:
-    return loss / math.log(2)
+def _mean_of(values: list[float | None]) -> float | None:
+    """The mean of values all recorded, else None (some trial trained before the compute account was kept)."""
+    if not values or any(value is None for value in values):
+        return None
+    return statistics.fmean(values)

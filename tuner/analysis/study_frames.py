@@ -21,6 +21,7 @@ from optuna.importance import (
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import func, select
 
+from lm_tuner.tuner.analysis.compute_account import StudyAccount
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import engine_for, sessions
 from lm_tuner.tuner.store.optuna_internals import TrialParamModel, TrialUserAttributeModel
@@ -148,6 +149,18 @@ def curves_frame(url: str, trial_ids: list[int], unit: Unit) -> pd.DataFrame:
                                         "averaging_length", "learning_rate"])
     frame["train_score"] = unit.convert(frame["train_loss"])
     frame["val_score"] = unit.convert(frame["val_loss"])
+    return frame
+
+
+def budget_frame(account: StudyAccount, unit: Unit) -> pd.DataFrame:
+    """The best-so-far curves of a study's compute account: one row per tuning turn in the order recorded, with the
+    family's spend after it (tokens, compute_seconds; NaN where not recorded) and its best so far as a score in
+    `unit` (NaN before a first finite loss)."""
+    rows = [(family.family, spend.tokens, spend.compute, spend.best_loss)
+            for family in account.families for spend in family.spends]
+    frame = pd.DataFrame(rows, columns=["family", "tokens", "compute_seconds", "best_loss"], dtype=object)
+    frame = frame.astype({"tokens": float, "compute_seconds": float, "best_loss": float})
+    frame["score"] = unit.convert(frame["best_loss"])
     return frame
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import and_, func, select
 
+from lm_tuner.tuner.analysis.compute_account import compute_unit
 from lm_tuner.tuner.analysis.study_facts import validation_label
 from lm_tuner.tuner.spec.units import Unit, unit_of
 from lm_tuner.tuner.store.engine import reading, retried_on_disconnect
@@ -19,19 +20,23 @@ from lm_tuner.tuner.store.views import TrialView
 
 @retried_on_disconnect
 def pareto_frame(url: str, name: str) -> pd.DataFrame:
-    """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded)."""
+    """Complete trials with what a Pareto plot can put on its axes (no hyperparameters loaded); `attrs` holds the
+    study's compute unit (what compute_seconds are: CPU core-seconds or GPU-seconds)."""
     with reading(url) as connection:  # Core rows: no ORM bookkeeping for thousands of trials
         spec = connection.scalar(select(StudyRecord.spec).where(StudyRecord.name == name)) or {}
         rows = connection.execute(
             select(TrialRecord.trial_id, TrialRecord.family, TrialRecord.number, TrialRecord.value,
-                   TrialRecord.parameter_count, TrialRecord.wall_seconds)
+                   TrialRecord.parameter_count, TrialRecord.wall_seconds, TrialRecord.compute_seconds)
             .where(TrialRecord.study_name == name, TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE")
         )
         rows = [tuple(row) for row in rows]  # plain tuples: pandas probes Row objects slowly
-    frame = pd.DataFrame(rows, columns=["trial_id", "family", "number", "value", "parameter_count", "wall_seconds"])
+    frame = pd.DataFrame(rows, columns=["trial_id", "family", "number", "value", "parameter_count", "wall_seconds",
+                                       "compute_seconds"])
+    frame["compute_seconds"] = frame["compute_seconds"].astype(float)  # None (not recorded) as NaN
     frame["perplexity"] = np.exp(frame["value"].astype(float))
     gpus_per_trial = spec.get("resources", {}).get("gpus_per_trial", 0.0)
     frame["gpu_seconds"] = frame["wall_seconds"] * gpus_per_trial  # GPU time reserved for the trial
+    frame.attrs["compute_unit"] = compute_unit(spec)
     return frame
 
 

@@ -1,10 +1,12 @@
-"""What `tuner compare` prints: the families side by side, each column saying which validation it is on, the
-unigram baseline of the corpus, and the winner (or why there is none yet)."""
+"""What `tuner compare` prints: the families side by side, each column saying which validation it is on, their
+tuning at equal tokens and at equal compute, the unigram baseline of the corpus, and the winner with the budget it
+holds under (or why there is none)."""
 
 from __future__ import annotations
 
 import math
 
+from lm_tuner.tuner.analysis.budget_sentences import amount, quantity
 from lm_tuner.tuner.analysis.comparison import Comparison, Estimate, FamilyResult
 from lm_tuner.tuner.analysis.study_facts import Baseline, baseline_warning
 from lm_tuner.tuner.cli.common import PlainTable, console, unclipped
@@ -63,15 +65,37 @@ def print_comparison(found: Comparison, baseline: Baseline) -> None:
     else:
         score = baseline.loss / math.log(2) if found.unit == "bpc" else baseline.perplexity
         console.print(f"unigram baseline: {score:.{digits}f} {found.unit} on validation (word frequencies alone)")
+    print_budgets(found, digits)
     if found.winner:
-        console.print(f"winner: [bold]{found.winner}[/bold] (by the {found.winner_by})")
+        console.print(f"winner: [bold]{found.winner}[/bold] at {found.winner_holds_at} (by the {found.winner_by})",
+                      highlight=False)
         if found.margin is not None:
             console.print(found.margin.sentence(found.unit), markup=False)
     else:
         console.print(found.verdict, style="yellow", markup=False)
+    console.print(f"at equal budgets: {found.budget_verdict}", markup=False)
     warning = baseline_warning(found.no_better_than(baseline))
     if warning:
         console.print(f"warning: {warning}", style="yellow", markup=False)
+
+
+def print_budgets(found: Comparison, digits: int) -> None:
+    """Each family's tuning account: what it spent, how fast it trains, and its best at the equal points."""
+    per = found.compute_unit.removesuffix("s")
+
+    def best(score: float | None) -> str:
+        return "-" if score is None else f"{score:.{digits}f}"
+
+    tokens = amount("tokens", found.equal_tokens, found.compute_unit)
+    compute = amount("compute", found.equal_compute_seconds, found.compute_unit)
+    table = PlainTable("family", "tokens", found.compute_unit, f"tokens per {per}",
+                       f"best at equal tokens ({tokens})", f"best at equal compute ({compute})",
+                       title=f"tuning at equal budgets ({found.unit}; every turn of the tuning trials so far)")
+    for row in found.families:
+        rate = "-" if row.tokens_per_second is None else f"{row.tokens_per_second:,.0f}"
+        table.add_row(row.family, quantity("tokens", row.tokens), quantity("compute", row.compute_seconds), rate,
+                      best(row.best_at_equal_tokens), best(row.best_at_equal_compute))
+    console.print(unclipped(table))
 
 
 def _mean(estimate: Estimate | None, number: str) -> str:
