@@ -35,9 +35,9 @@ from lm_tuner.tuner.analysis.compute_account import study_account
 from lm_tuner.tuner.analysis.study_frames import (
     MAX_CURVES,
     Evaluator,
-    best_trial_ids,
     budget_frame,
     curves_frame,
+    default_curve_trial_ids,
     history_frame,
     importances,
     parameter_table,
@@ -94,12 +94,13 @@ def curves(
     name: StudyName,
     config: SettingsDep,
     trial_id: Annotated[list[Annotated[int, Field(ge=1, le=2**31 - 1)]] | None, Query(max_length=MAX_CURVES,
-                                                description="trials to draw; default: the best five")] = None,
+                                                description="trials to draw; default: the best five complete "
+                                                            "tuning trials and the running ones")] = None,
 ) -> CurvesOut:
     """Learning curves (validation solid, training dotted) with the turns where averaging switched."""
     require_study(config, name)
     unit = study_unit(config.storage_url, name)
-    chosen = trial_id or best_trial_ids(config.storage_url, name, 5)
+    chosen = trial_id or default_curve_trial_ids(config.storage_url, name)
     if foreign := set(chosen) - trials_in_study(config.storage_url, name, chosen):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"trial(s) {sorted(foreign)} are not in study {name!r}")
     frame = curves_frame(config.storage_url, chosen, unit)

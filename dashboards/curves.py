@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from lm_tuner.dashboards.figures import PALETTE, styled
+from lm_tuner.dashboards.figures import PALETTE, styled, whole_number_ticks
 
 CURVE_COLOURS = (*PALETTE, "#7f7f7f", "#bcbd22")
 
@@ -47,4 +47,5 @@ def curves_figure(turns: pd.DataFrame, y_title: str) -> go.Figure:
                                            "line": {"color": "black", "width": 1}},
                 customdata=at["averaging_length"].to_numpy(),
                 hovertemplate="averaging switched at turn %{x} (%{customdata} iterates)<extra>" + label + "</extra>"))
-    return styled(figure, "Learning curves", "turn", y_title)
+    return styled(figure, "Learning curves", "turn", y_title, empty="No trial has reported a turn yet.",
+                  x_axis=whole_number_ticks(turns["turn"].max() if len(turns) else 1))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -102,13 +104,39 @@ def pareto_figure(trials: pd.DataFrame, *, x: str = "compute_seconds", y: str = 
     return styled(figure, title, x_title, y_title, legend_title_text="family")
 
 
-def styled(figure: go.Figure, title: str, x_title: str, y_title: str, **layout: Any) -> go.Figure:
+NOTHING_YET = "Nothing to draw yet."
+
+
+def styled(figure: go.Figure, title: str, x_title: str, y_title: str, *, empty: str = NOTHING_YET,
+           x_axis: Mapping[str, Any] | None = None, **layout: Any) -> go.Figure:
     """The dashboard's look, set by hand: expanding a named plotly template costs more than the data. The
-    layout is built whole and assigned (update_layout validates key by key, three times slower)."""
+    layout is built whole and assigned (update_layout validates key by key, three times slower).
+
+    A figure that draws nothing says why in words (`empty`) instead of showing bare axes; `x_axis`: settings added
+    to the x-axis (`whole_number_ticks` for counts)."""
     grid = {"gridcolor": "#e5e5e5", "zeroline": False, "automargin": True}
+    xaxis, yaxis = {"title": {"text": x_title}, **grid, **(x_axis or {})}, {"title": {"text": y_title}, **grid}
+    if not any(_has_points(trace) for trace in figure.data):
+        xaxis = yaxis = {"visible": False}
+        layout = {**layout, "showlegend": False, "annotations": [{
+            "text": empty, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
+            "font": {"size": 15, "color": "#666"}}]}
     figure.layout = go.Layout(
-        title=title, xaxis={"title": {"text": x_title}, **grid}, yaxis={"title": {"text": y_title}, **grid},
+        title=title, xaxis=xaxis, yaxis=yaxis,
         template="none", paper_bgcolor="white", plot_bgcolor="white", font={"family": "system-ui, sans-serif"},
         **{"margin": {"l": 70, "r": 20, "t": 50, "b": 55}, **layout},
     )
     return figure
+
+
+def whole_number_ticks(largest: float, ticks: int = 8) -> dict[str, Any]:
+    """Axis settings for a count (trials, turns): ticks on whole numbers only, 1, 2, 5, 10, 20, ... apart, at most
+    about `ticks` of them up to `largest` (plotly's own choice puts them at 0.2 or 1.5 on a short axis)."""
+    step, factors = 1, itertools.cycle((2, 2.5, 2))
+    while largest / step > ticks:
+        step = round(step * next(factors))
+    return {"tick0": 0, "dtick": step, "rangemode": "nonnegative"}
+
+
+def _has_points(trace: Any) -> bool:
+    return any(values is not None and len(values) > 0 for values in (trace.x, trace.y))

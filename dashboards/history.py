@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from lm_tuner.dashboards.figures import family_colour, styled
+from lm_tuner.dashboards.figures import family_colour, styled, whole_number_ticks
 
 
 def best_so_far(scores: pd.Series) -> pd.Series:
@@ -53,4 +53,7 @@ def history_figure(trials: pd.DataFrame, y_title: str) -> go.Figure:
                 name=f"{family} failed", legendgroup=family, marker={"color": "#cf222e", "symbol": "x", "size": 8},
                 customdata=failed["fail_reason"].fillna("").to_numpy(),
                 hovertemplate=f"{family} #%{{x}} failed: %{{customdata}}<extra></extra>"))
-    return styled(figure, "Optimisation history", "trial number (per family)", y_title)
+    running = int((trials["state"] == "RUNNING").sum())
+    empty = "No tuning trial has finished yet" + (f" ({running} running)." if running else ".")
+    return styled(figure, "Optimisation history", "trial number (per family)", y_title, empty=empty,
+                  x_axis=whole_number_ticks(trials["number"].max() if len(trials) else 1))

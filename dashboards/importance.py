@@ -22,4 +22,4 @@ def importance_figure(importances: Mapping[str, Mapping[str, float]], evaluator:
             name=family, marker={"color": family_colour(position)},
             hovertemplate=f"{family}: %{{y}} %{{x:.3f}}<extra></extra>"))
     return styled(figure, f"Hyperparameter importance ({evaluator})", "importance (sums to 1 per family)", "",
-                  barmode="group")
+                  empty="Importance needs two complete tuning trials of a family: none has them yet.", barmode="group")

@@ -75,7 +75,7 @@ def parallel_figure(trials: pd.DataFrame, ranges: Mapping[str, Range], best_tria
     trials and the whole neighbourhood are drawn."""
     figure = go.Figure()
     if trials.empty or best_trial_id is None:
-        return styled(figure, f"Parallel coordinates: {family} (no complete trials yet)", "", "")
+        return styled(figure, f"Parallel coordinates: {family}", "", "", empty=f"No complete {family} trial yet.")
     near = neighbourhood(trials, ranges, best_trial_id, fraction)
     drawn = near | (trials["score"].rank(method="first") <= max_lines)  # the best, and every neighbour
     total, trials, near = len(trials), trials[drawn], near[drawn].to_numpy()

@@ -29,5 +29,6 @@ def sensitivity_figure(runs: pd.DataFrame, effect: pd.DataFrame, parameter: str,
         low, high = runs["score"].min(), runs["score"].max()
         figure.add_trace(go.Scatter(x=[best_value, best_value], y=[low, high], mode="lines", name="best configuration",
                                     line={"dash": "dash", "color": "#444"}, hoverinfo="skip"))
-    figure = styled(figure, f"Measured effect of {parameter} (best ± 15% of its range)", parameter, y_title)
+    figure = styled(figure, f"Measured effect of {parameter} (best ± 15% of its range)", parameter, y_title,
+                    empty=f"No run of {parameter} measured yet.")
     return figure.update_xaxes(type="log" if log else "linear")

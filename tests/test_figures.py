@@ -20,6 +20,11 @@ from lm_tuner.dashboards import (
     parallel_figure,
     pareto_figure,
 )
+from lm_tuner.dashboards.figures import whole_number_ticks
+from lm_tuner.dashboards.tuning_curves import tuning_curves_figure
+from lm_tuner.tuner.analysis.tuning_curves import METHOD, TuningCurves, family_curve, verdict
+from lm_tuner.tuner.spec.units import unit_of
+from tests.conftest import TINY_SPEC
 
 
 def brute_force_front(frame: pd.DataFrame, x: str, y: str) -> list[bool]:
@@ -156,7 +161,7 @@ def test_parallel_figure_joins_a_groups_polylines_with_gaps():
 def test_parallel_figure_without_complete_trials_is_empty():
     empty = pd.DataFrame(columns=["trial_id", "dropout", "score"])
     data = figure_json(parallel_figure(empty, {"dropout": Range(0.0, 1.0)}, None, "validation perplexity", "lstm"))
-    assert data["data"] == [] and "no complete trials yet" in data["layout"]["title"]["text"]
+    assert data["data"] == [] and data["layout"]["annotations"][0]["text"] == "No complete lstm trial yet."
 
 
 def test_importance_figure_groups_families_most_important_on_top():
@@ -166,3 +171,86 @@ def test_importance_figure_groups_families_most_important_on_top():
     traces = {t["name"]: t for t in data["data"]}
     assert traces["lstm"]["y"] == ["dropout", "lr", "rounds"]  # plotly draws the last category on top
     assert traces["lstm"]["x"][:2] == [0.3, 0.7] and traces["mogrifier"]["x"] == [None, 0.2, 0.8]
+
+
+def nothing_drawn(figure) -> str:
+    """The words a figure shows in place of bare axes (failing if it draws anything or shows axes)."""
+    layout = figure_json(figure)["layout"]
+    assert not any(trace.get("x") or trace.get("y") for trace in figure_json(figure)["data"])
+    assert layout["xaxis"] == {"visible": False} and layout["yaxis"] == {"visible": False}
+    (note,) = layout["annotations"]
+    return note["text"]
+
+
+def test_a_figure_with_nothing_to_draw_says_so_in_words_not_with_axes_from_minus_one_to_four():
+    nobody = pd.DataFrame(columns=["trial_id", "family", "number", "state", "score", "last_score", "fail_reason"])
+    assert nothing_drawn(history_figure(nobody, "perplexity")) == "No tuning trial has finished yet."
+    running = pd.DataFrame({"trial_id": [1, 2], "family": ["lstm", "mogrifier"], "number": [0, 0],
+                            "state": ["RUNNING", "RUNNING"], "score": [np.nan, np.nan],
+                            "last_score": [np.nan, np.nan], "fail_reason": [None, None]})
+    assert nothing_drawn(history_figure(running, "perplexity")) == "No tuning trial has finished yet (2 running)."
+    no_turns = pd.DataFrame(columns=["trial_id", "family", "stage", "number", "turn", "train_score", "val_score",
+                                     "averaging_length"])
+    assert nothing_drawn(curves_figure(no_turns, "perplexity")) == "No trial has reported a turn yet."
+    assert nothing_drawn(importance_figure({"lstm": {}, "mogrifier": {}}, "ped_anova")).startswith(
+        "Importance needs two complete tuning trials of a family")
+    assert nothing_drawn(tuning_curves_figure(curves_of({"lstm": [], "mogrifier": []}))).startswith(
+        "No complete tuning trial yet")
+    pareto = pareto_figure(pd.DataFrame(columns=["trial_id", "family", "number", "parameter_count", "perplexity"]),
+                           x="parameter_count", x_title="trainable parameters")
+    assert nothing_drawn(pareto) == "Nothing to draw yet."
+
+
+def tick_labels(figure, axis: str = "xaxis") -> list[float]:
+    """The tick positions plotly.js would label on a linear axis with the figure's tick0 and dtick, over the data."""
+    layout = figure_json(figure)["layout"][axis]
+    xs = [x for trace in figure_json(figure)["data"] for x in trace["x"] if x is not None]
+    first = layout["tick0"] + np.ceil((min(xs) - layout["tick0"]) / layout["dtick"]) * layout["dtick"]
+    return list(np.arange(first, max(xs) + 1e-9, layout["dtick"]))
+
+
+def test_counts_are_ticked_on_whole_numbers_only():
+    assert [whole_number_ticks(largest)["dtick"] for largest in (1, 3, 8, 9, 20, 45, 300, 1000)] == [
+        1, 1, 1, 2, 5, 10, 50, 200]
+    history = pd.DataFrame({"trial_id": [1, 2], "family": ["lstm", "lstm"], "number": [0, 1],
+                            "state": ["COMPLETE", "COMPLETE"], "score": [50.0, 40.0], "last_score": [np.nan] * 2,
+                            "fail_reason": [None, None]})
+    turns = pd.DataFrame({"trial_id": [7, 7], "family": ["lstm"] * 2, "stage": ["tune"] * 2, "number": [0, 0],
+                          "turn": [1, 2], "train_score": [60.0, 50.0], "val_score": [61.0, 52.0],
+                          "averaging_length": [1, 1]})
+    for figure in (history_figure(history, "perplexity"), curves_figure(turns, "perplexity"),
+                   tuning_curves_figure(curves_of({"lstm": [4.0]}))):
+        labels = tick_labels(figure)
+        assert labels and all(float(label).is_integer() for label in labels)
+
+
+def curves_of(families: dict[str, list[float]], confidence: float = 0.95) -> TuningCurves:
+    unit = unit_of(TINY_SPEC)
+    each = confidence ** (1 / len(families))
+    found = [family_curve(family, np.array(values), each, unit) for family, values in families.items()]
+    return TuningCurves("study", unit, confidence, METHOD, found, verdict(found, confidence))
+
+
+@pytest.mark.parametrize("trials", [1, 3, 12])
+def test_tuning_curve_bands_lie_within_the_axes_open_ends_at_their_edge_without_stray_markers(trials):
+    rng = np.random.default_rng(trials)
+    losses = {"lstm": list(rng.gamma(2.0, 0.15, trials) + 4.5), "mogrifier": list(rng.gamma(2.0, 0.15, trials) + 4.6)}
+    found = curves_of(losses)
+    data = figure_json(tuning_curves_figure(found))
+    bottom, top = data["layout"]["yaxis"]["range"]
+    bands = [trace for trace in data["data"] if trace.get("fill") == "toself"]
+    lines = [trace for trace in data["data"] if trace.get("fill") != "toself"]
+    assert len(bands) == len(lines) == 2
+    for band, line, curve in zip(bands, lines, found.families, strict=True):
+        assert band["mode"] == "lines" and band["line"]["width"] == 0  # no markers on the band's corners
+        assert line["marker"]["color"] == line["line"]["color"] == band["fillcolor"]
+        assert all(bottom <= y <= top for y in band["y"]) and all(bottom <= y <= top for y in line["y"])
+        assert min(band["x"]) == 0.5 and max(band["x"]) == trials + 0.5  # n = 1 has its band, as wide as any n
+        first = curve.points[0]  # a single trial bounds nothing: its band is open at both ends at n = 1
+        bounded = [unit_of(TINY_SPEC).of(end) for p in curve.points for end in (p.lower, p.upper)
+                   if 0 < end < np.inf]
+        assert all(bottom <= y <= top for y in bounded)
+        if trials == 1:
+            assert first.lower == 0 and first.upper == np.inf
+            assert sorted(set(band["y"])) == [bottom, top]
+    assert "open there" in data["layout"]["annotations"][0]["text"]

@@ -35,6 +35,7 @@ EVALUATORS = {"fanova": FanovaImportanceEvaluator, "ped_anova": PedAnovaImportan
 
 
 MAX_CURVES = 12  # learning curves drawn at once
+DEFAULT_BEST_CURVES = 5  # the best complete trials whose learning curves are drawn unless others are chosen
 
 
 _params = TrialParamModel.__table__
@@ -171,12 +172,18 @@ def trials_in_study(url: str, name: str, trial_ids: list[int]) -> set[int]:
             TrialRecord.study_name == name, TrialRecord.trial_id.in_(trial_ids))))
 
 
-def best_trial_ids(url: str, name: str, count: int) -> list[int]:
-    """The ids of the best complete tuning trials, best first."""
+def default_curve_trial_ids(url: str, name: str) -> list[int]:
+    """The learning curves shown until trials are chosen: the DEFAULT_BEST_CURVES best complete tuning trials, best
+    first, then every running trial that has reported a turn (while a study runs, its curves are the news), at most
+    MAX_CURVES in all."""
     with sessions(url)() as session:
-        return list(session.scalars(select(TrialRecord.trial_id).where(
+        best = list(session.scalars(select(TrialRecord.trial_id).where(
             TrialRecord.study_name == name, TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE")
-            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(count)))
+            .order_by(TrialRecord.value, TrialRecord.trial_id).limit(DEFAULT_BEST_CURVES)))
+        running = list(session.scalars(select(TrialRecord.trial_id).where(
+            TrialRecord.study_name == name, TrialRecord.state == "RUNNING", TrialRecord.turns_reported > 0)
+            .order_by(TrialRecord.trial_id).limit(MAX_CURVES)))
+    return (best + running)[:MAX_CURVES]
 
 
 @dataclass(frozen=True)
