@@ -5,6 +5,7 @@ Scores are in the study's unit: perplexity for word-level corpora, bits per char
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from optuna.importance import (
     MeanDecreaseImpurityImportanceEvaluator,
     PedAnovaImportanceEvaluator,
 )
+from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import func, select
 
@@ -125,6 +127,9 @@ def _importances(url: str, name: str, family: str, evaluator: Evaluator, complet
     searched = [p for p, d in table.distributions.items() if not d.single()]
     if complete < 2 or not searched:
         return ()
+    # Optuna logs the creation of every study at INFO: for this throwaway one, a line in the server's log at each
+    # view of a study page.
+    logging.getLogger(InMemoryStorage.__module__).setLevel(logging.WARNING)
     study = optuna.create_study(direction="minimize")
     study.add_trials([
         create_trial(state=TrialState.COMPLETE, value=float(row["score"]),
