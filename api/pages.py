@@ -62,18 +62,17 @@ def studies_fragment(config: SettingsDep, status_filter: Annotated[StatusFilter,
 @router.get("/dashboard/studies/new", **Html)  # before /dashboard/studies/{name}; specs refuse the name "new"
 def new_study(request: Request, config: SettingsDep, space: Annotated[str, text_query(100)] = "quickstart") -> str:
     """A YAML editor prefilled from a shipped space, checked as it is typed; plan it, then submit it."""
-    storage = Storage(config.storage_url)
-    may_write = not storage.auth_enabled() or storage.token_is_valid(request.cookies.get(SESSION_COOKIE) or "")
-    return render("new_study.html", spaces=shipped_spaces(), space=space, may_write=may_write, refresh_ms=0)
+    return render("new_study.html", spaces=shipped_spaces(), space=space, may_write=_may_write(request, config),
+                  refresh_ms=0)
 
 
 @router.get("/dashboard/studies/{name}", **Html)
-def study(name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def study(request: Request, name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Optimisation history, Pareto front, learning curves, parallel coordinates, importance, trial table."""
     found = study_or_404(config, name)
     return render("study.html", study=_study(found), **_trials(config, name, None, None, None, "value", "asc", 0),
                   states=TRIAL_STATES, stages=STAGES, evaluators=list(EVALUATORS), evaluator=DEFAULT_EVALUATOR,
-                  refresh_ms=int(refresh * 1000))
+                  may_write=_may_write(request, config), refresh_ms=int(refresh * 1000))
 
 
 @router.get("/dashboard/fragments/studies/{name}/facts", **Html)
@@ -121,7 +120,7 @@ def trial_fragment(trial_id: TrialId, config: SettingsDep) -> str:
 
 
 @router.get("/dashboard/studies/{name}/sensitivity", **Html)
-def sensitivity_page(name: StudyName, config: SettingsDep,
+def sensitivity_page(request: Request, name: StudyName, config: SettingsDep,
                      parameter: Annotated[str | None, text_query(64)] = None, refresh: Refresh = 5.0) -> str:
     """The measured effect of one hyperparameter, with a form that queues more runs."""
     found = study_or_404(config, name)
@@ -130,7 +129,8 @@ def sensitivity_page(name: StudyName, config: SettingsDep,
                          if not d.single() and not isinstance(d, CategoricalDistribution)})
     chosen = parameter or _measured_parameter(config, name, parameters)
     return render("sensitivity.html", study=_study(found), parameters=parameters, parameter=chosen,
-                  **_sensitivity(config, name, chosen), refresh_ms=int(refresh * 1000))
+                  **_sensitivity(config, name, chosen), may_write=_may_write(request, config),
+                  refresh_ms=int(refresh * 1000))
 
 
 @router.get("/dashboard/fragments/studies/{name}/sensitivity", **Html)
@@ -147,6 +147,13 @@ def static(filename: str) -> FileResponse:
     # Vendored files carry their version in their name: browsers may keep them for good.
     headers = {"Cache-Control": "public, max-age=31536000, immutable"} if filename.startswith("vendor/") else None
     return FileResponse(path, media_type="text/javascript" if path.suffix == ".js" else None, headers=headers)
+
+
+def _may_write(request: Request, config: Settings) -> bool:
+    """Whether this visitor may submit, cancel, resume or queue runs: authentication is off, or the browser is signed
+    in with a valid token. Pages disable those actions, and say why, for anyone else."""
+    storage = Storage(config.storage_url)
+    return not storage.auth_enabled() or storage.token_is_valid(request.cookies.get(SESSION_COOKIE) or "")
 
 
 def _study(found: StudyView, baseline: Baseline | None = None) -> dict[str, Any]:
@@ -203,11 +210,13 @@ def _trial(config: Settings, trial_id: int) -> dict[str, Any]:
     found = Storage(config.storage_url).trial(trial_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no trial with id {trial_id}")
-    unit = _unit(config, found.study)
+    spec = study_or_404(config, found.study).spec
+    unit = unit_of(spec)
     evaluations = [{**asdict(e), "valid_score": unit.of(e.valid_loss), "test_score": unit.of(e.test_loss)}
                    for e in trial_evaluations(config.storage_url, trial_id)]
     return {"trial": {**TrialOut.of(found).model_dump(), "score": unit.of(found.value)}, "unit": unit.name,
-            "evaluations": evaluations}
+            "evaluations": evaluations, "test_protocol": spec.get("evaluation") is not None,
+            "reruns": spec.get("reruns") is not None}
 
 
 def _sensitivity(config: Settings, name: str, parameter: str | None) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 // The study page's Cancel and Resume buttons: POST /studies/{name}/cancel and /resume with the signed-in token
-// (the session cookie), each enabled only in the statuses that allow it.
+// (the session cookie), each enabled only in the statuses that allow it, and only for a visitor who may write (the page
+// says why not otherwise).
 "use strict";
 
 const ACTIONS = {cancel: ["queued", "running"], resume: ["failed", "cancelled"]};
@@ -10,8 +11,9 @@ function studyStatus() {
 
 function enableActions(holder) {
   const status = studyStatus();
+  const mayWrite = holder.dataset.mayWrite === "true";
   for (const button of holder.querySelectorAll("button[data-action]")) {
-    button.disabled = !ACTIONS[button.dataset.action].includes(status);
+    button.disabled = !mayWrite || !ACTIONS[button.dataset.action].includes(status);
   }
 }
 
