@@ -9,7 +9,17 @@ from collections import Counter
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from lm_tuner.models import family_names
@@ -70,7 +80,9 @@ class SearchRange(_Strict):
 
 class Tuning(_Strict):
     sampler: Literal["gp", "tpe", "random", "qmc"] = Field("gp", description="Optuna sampler proposing trials")
-    trials: int = Field(..., ge=1, le=1_000_000, description="trials per model family")
+    trials: int | None = Field(None, ge=1, le=1_000_000, description="trials per model family; with a "
+                                                                     "compute_budget, its configurations per family "
+                                                                     "(set from its rungs when left out)")
     startup_trials: int = Field(10, ge=1, description="random trials before the gp/tpe model proposes")
     concurrency: int = Field(1, ge=1, description="trials running at once, all families sharing the slots: "
                                                  "trials are proposed to the families in turn")
@@ -164,6 +176,50 @@ class Resources(_Strict):
                                "(as cuDNN's LSTM does by default): faster, about 1e-3 relative error; CPUs ignore it")
 
 
+BUDGET_UNITS = ("core_hours", "gpu_hours", "wall_minutes")
+
+
+class ComputeBudget(_Strict):
+    """What the whole study may spend. The tuner divides it among the families (each the same training tokens, or
+    the same compute), decides how many configurations each tries and how far each trains, and runs them by
+    successive halving with rungs in training tokens (docs/methodology.md, "A budget for the whole study")."""
+
+    core_hours: float | None = Field(None, gt=0, le=1e6, description="CPU core-hours of the trials, counted as "
+                                                                      "their processes' CPU time")
+    gpu_hours: float | None = Field(None, gt=0, le=1e6, description="GPU-hours of the trials (wall-clock seconds "
+                                                                     "times the GPUs each holds)")
+    wall_minutes: float | None = Field(None, gt=0, le=1e7, description="minutes of this machine with every trial "
+                                                                        "slot busy (converted to core- or GPU-hours "
+                                                                        "by the slots the study runs at once)")
+    equal: Literal["tokens", "compute"] = Field(
+        "tokens", description="what every family gets the same of: training tokens (the papers' choice, the "
+                              "families' speeds aside) or compute (core- or GPU-seconds: a faster family trains on "
+                              "more tokens)")
+    rungs: int = Field(2, ge=1, le=8, description="successive-halving rungs: each keeps the best 1/reduction_factor "
+                                                  "of the configurations of the rung below and trains them "
+                                                  "reduction_factor times as far; 1: every configuration is trained "
+                                                  "to the end")
+    reduction_factor: int = Field(3, ge=2, le=10, description="configurations of a rung per one promoted to the next")
+    finalists: int = Field(1, ge=1, le=100, description="configurations per family trained to the top rung")
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> ComputeBudget:
+        given = [name for name in BUDGET_UNITS if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(BUDGET_UNITS)}; got "
+                             f"{' and '.join(given) if given else 'none'}")
+        return self
+
+    @property
+    def configurations(self) -> int:
+        """Configurations per family at the lowest rung: finalists x reduction_factor^(rungs - 1)."""
+        return self.finalists * self.reduction_factor ** (self.rungs - 1)
+
+    def configurations_at(self, rung: int) -> int:
+        """Configurations per family trained to rung `rung` (0: the lowest)."""
+        return self.finalists * self.reduction_factor ** (self.rungs - 1 - rung)
+
+
 class StudySpec(_Strict):
     name: str = Field(..., pattern=NAME_PATTERN, description="unique study name")
     description: str = Field("", description="free text shown with the study")
@@ -175,6 +231,9 @@ class StudySpec(_Strict):
     search_space: dict[str, SearchRange] = Field(..., description="hyperparameters searched")
     tuning: Tuning = Field(..., description="sampler, trials and concurrency; see its section")
     early_stopping: EarlyStopping = Field(EarlyStopping(), description="see its section")
+    compute_budget: ComputeBudget | None = Field(None, description="what the whole study may spend; the tuner "
+                                                                   "decides how many configurations each family tries "
+                                                                   "and how far each trains; see its section")
     reruns: Reruns | None = Field(None, description="train the best configurations again with new seeds")
     evaluation: Evaluation | None = Field(None, description="the test protocol on the final checkpoints")
     dynamic_evaluation: DynamicEvaluationStage | None = Field(None, description="stage 2; needs evaluation")
@@ -195,6 +254,30 @@ class StudySpec(_Strict):
         if duplicates:
             raise ValueError(f"families listed twice: {', '.join(duplicates)}")
         return families
+
+    @model_serializer(mode="wrap")
+    def _without_absent_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave an unset compute_budget out, so that a study stored before the field existed dumps as it was stored
+        (a relaunch continues a study only when its spec is identical)."""
+        data = handler(self)
+        if self.compute_budget is None:
+            data.pop("compute_budget", None)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _configurations_from_the_budget(cls, data: Any) -> Any:
+        """With a compute_budget, tuning.trials is the rungs' configurations per family: filled in when left out, so
+        that every reader of the spec (progress, status, the comparison) counts the trials it will have."""
+        if not isinstance(data, dict) or not isinstance(data.get("compute_budget"), dict | ComputeBudget) or \
+                not isinstance(data.get("tuning"), dict) or data["tuning"].get("trials") is not None:
+            return data
+        try:
+            budget = ComputeBudget.model_validate(data["compute_budget"])
+        except ValueError:
+            return data  # reported at its own field
+        # the budget's own validation runs again as the field is validated: the count is all that is taken here
+        return {**data, "tuning": {**data["tuning"], "trials": budget.configurations}}
 
     def searched_for(self, family: str) -> dict[str, SearchRange]:
         """The search space of one family's study (unknown names, refused by parse_spec, are not in it)."""

@@ -166,6 +166,7 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
                 issues.append((path, f"got [{space.low}, {space.high}]; allowed: low < high"
                                      + (", integers" if kind == "int" else "") + (", low > 0 with log" if space.log
                                                                                  else "")))
+    issues += _budget_issues(spec)
     planned = spec.planned_turns()
     if planned is not None and spec.early_stopping.grace_turns > planned:
         issues.append((("early_stopping", "grace_turns"), f"got {spec.early_stopping.grace_turns}; allowed: at "
@@ -178,6 +179,37 @@ def _semantic_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
         for name in needs:
             if name not in spec.fixed and name not in spec.search_space:
                 issues.append((("fixed",), f"family {family!r} needs {name!r} in fixed or search_space"))
+    return issues
+
+
+def _budget_issues(spec: StudySpec) -> list[tuple[tuple[str, ...], str]]:
+    """How a study's trials are bounded: tuning.trials given, or decided by a compute_budget that is the only bound."""
+    budget = spec.compute_budget
+    if budget is None:
+        if spec.tuning.trials is None:
+            return [(("tuning", "trials"), "required: the trials per family (or a compute_budget, which decides them)")]
+        return []
+    issues: list[tuple[tuple[str, ...], str]] = []
+    for name in ("turns", "budget_steps", "budget_epochs", "budget_seconds"):
+        if name in spec.training.model_fields_set and getattr(spec.training, name) is not None:
+            issues.append((("training", name), "a study with a compute_budget decides how far each trial trains (its "
+                                               "rungs); remove it, or remove compute_budget to keep a per-trial "
+                                               "budget"))
+    if spec.tuning.trials != budget.configurations:
+        issues.append((("tuning", "trials"), f"got {spec.tuning.trials}; a compute_budget of {budget.rungs} rung(s), "
+                                             f"reduction factor {budget.reduction_factor} and {budget.finalists} "
+                                             f"finalist(s) tries {budget.configurations} configurations per family: "
+                                             f"leave tuning.trials out, or change the rungs"))
+    if spec.early_stopping.method != "none":
+        issues.append((("early_stopping", "method"), f"got {spec.early_stopping.method!r}; a study with a "
+                                                     f"compute_budget stops configurations at its rungs (successive "
+                                                     f"halving): leave early_stopping out"))
+    if budget.gpu_hours is not None and spec.resources.gpus_per_trial == 0:
+        issues.append((("compute_budget", "gpu_hours"), "the trials hold no GPU (resources.gpus_per_trial is 0): "
+                                                        "give core_hours, or GPUs to the trials"))
+    if budget.core_hours is not None and spec.resources.gpus_per_trial > 0:
+        issues.append((("compute_budget", "core_hours"), "the trials run on GPUs (resources.gpus_per_trial > 0): "
+                                                         "give gpu_hours"))
     return issues
 
 
