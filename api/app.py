@@ -10,6 +10,9 @@ from starlette.routing import Match, Route
 
 from lm_tuner.api import docs, pages, plan, plots, routes, sensitivity, sign_in, spaces, submission, trials, validation
 from lm_tuner.api.deps import SignInRequired
+from lm_tuner.api.guard import RequestGuard
+from lm_tuner.api.headers import SecurityHeaders
+from lm_tuner.api.hosts import normalised_hosts
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
 from lm_tuner.api.tuning_curves import router as tuning_curves_router
@@ -30,6 +33,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.add_middleware(RefuseControlCharacters)  # %00 and friends: 400 before any route or query
+    app.add_middleware(RequestGuard, allowed_hosts=normalised_hosts(settings.allowed_hosts))  # before any route
+    app.add_middleware(SecurityHeaders)  # outermost: the guard's refusals get the headers too
     app.include_router(routes.router)
     app.include_router(submission.router)
     app.include_router(plan.router)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from optuna.distributions import CategoricalDistribution
 
+from lm_tuner.api.csrf import page_token
 from lm_tuner.api.deps import SESSION_COOKIE, Reader, SettingsDep, study_or_404
 from lm_tuner.api.params import Offset, StudyName, TrialId, text_query
 from lm_tuner.dashboards import render, static_path
@@ -45,11 +46,11 @@ def root() -> RedirectResponse:
 
 
 @router.get("/dashboard", **Html)
-def studies(config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def studies(request: Request, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Every study and comparison: status, progress, best score, families, budget; filters."""
     families = Storage(config.storage_url).families()
     return render("studies.html", **_studies(config, None, None, None, 0), statuses=STUDY_STATUSES,
-                  families=families, refresh_ms=int(refresh * 1000))
+                  families=families, refresh_ms=int(refresh * 1000), csrf_token=page_token(request))
 
 
 @router.get("/dashboard/fragments/studies", **Html)
@@ -63,7 +64,7 @@ def studies_fragment(config: SettingsDep, status_filter: Annotated[StatusFilter,
 def new_study(request: Request, config: SettingsDep, space: Annotated[str, text_query(100)] = "quickstart") -> str:
     """A YAML editor prefilled from a shipped space, checked as it is typed; plan it, then submit it."""
     return render("new_study.html", spaces=shipped_spaces(), space=space, may_write=_may_write(request, config),
-                  refresh_ms=0)
+                  refresh_ms=0, csrf_token=page_token(request))
 
 
 @router.get("/dashboard/studies/{name}", **Html)
@@ -72,7 +73,7 @@ def study(request: Request, name: StudyName, config: SettingsDep, refresh: Refre
     found = study_or_404(config, name)
     return render("study.html", study=_study(found), **_trials(config, name, None, None, None, "value", "asc", 0),
                   states=TRIAL_STATES, stages=STAGES, evaluators=list(EVALUATORS), evaluator=DEFAULT_EVALUATOR,
-                  may_write=_may_write(request, config), refresh_ms=int(refresh * 1000))
+                  may_write=_may_write(request, config), refresh_ms=int(refresh * 1000), csrf_token=page_token(request))
 
 
 @router.get("/dashboard/fragments/studies/{name}/facts", **Html)
@@ -98,9 +99,10 @@ def trials_fragment(
 
 
 @router.get("/dashboard/studies/{name}/comparison", **Html)
-def comparison_page(name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def comparison_page(request: Request, name: StudyName, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Table 2.1: the families side by side, a Pareto plot across them, and the stage-2 lineage."""
-    return render("comparison.html", **_comparison(config, name), refresh_ms=int(refresh * 1000))
+    return render("comparison.html", **_comparison(config, name), refresh_ms=int(refresh * 1000),
+                  csrf_token=page_token(request))
 
 
 @router.get("/dashboard/fragments/studies/{name}/comparison", **Html)
@@ -109,9 +111,10 @@ def comparison_fragment(name: StudyName, config: SettingsDep) -> str:
 
 
 @router.get("/dashboard/trials/{trial_id}", **Html)
-def trial(trial_id: TrialId, config: SettingsDep, refresh: Refresh = 5.0) -> str:
+def trial(request: Request, trial_id: TrialId, config: SettingsDep, refresh: Refresh = 5.0) -> str:
     """Hyperparameters, learning curve, evaluation results and the checkpoint of one trial."""
-    return render("trial.html", **_trial(config, trial_id), refresh_ms=int(refresh * 1000))
+    return render("trial.html", **_trial(config, trial_id), refresh_ms=int(refresh * 1000),
+                  csrf_token=page_token(request))
 
 
 @router.get("/dashboard/fragments/trials/{trial_id}", **Html)
@@ -130,7 +133,7 @@ def sensitivity_page(request: Request, name: StudyName, config: SettingsDep,
     chosen = parameter or _measured_parameter(config, name, parameters)
     return render("sensitivity.html", study=_study(found), parameters=parameters, parameter=chosen,
                   **_sensitivity(config, name, chosen), may_write=_may_write(request, config),
-                  refresh_ms=int(refresh * 1000))
+                  refresh_ms=int(refresh * 1000), csrf_token=page_token(request))
 
 
 @router.get("/dashboard/fragments/studies/{name}/sensitivity", **Html)

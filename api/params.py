@@ -20,6 +20,10 @@ from lm_tuner.tuner.spec import INT32_MAX, NAME_PATTERN
 
 PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"  # free text in a URL: no control character
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+SECRET_NAME = re.compile(r"(^|[\W_])(token|secret|passw(or)?d|credentials?|key|csrf|cookie|authori[sz]ation)($|[\W_])",
+                         re.IGNORECASE)
+HIDDEN = "(hidden: a secret)"
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 BAD_URL = {400: {"description": "the URL holds a control character (%00 among them)"}}  # documented on every route
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="items per page")]
@@ -54,12 +58,28 @@ class RefuseControlCharacters:
         await self.app(scope, receive, send)
 
 
-async def answer_validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
+async def answer_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
     """FastAPI's 422, except that inputs JSON cannot carry — NaN and infinities (which Python's JSON parser reads
     from a body), bytes that are not UTF-8 (a body sent without a JSON content type) — are echoed as text
-    instead of failing the answer with a 500."""
-    return JSONResponse({"detail": jsonable_encoder(_json_safe(error.errors()))},
-                        status.HTTP_422_UNPROCESSABLE_CONTENT)
+    instead of failing the answer with a 500, and that no secret is echoed (_without_secrets)."""
+    form = request.headers.get("content-type", "").split(";")[0].strip().lower() in FORM_TYPES
+    errors = [_without_secrets(item, form) for item in error.errors()]
+    return JSONResponse({"detail": jsonable_encoder(_json_safe(errors))}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _without_secrets(item: dict[str, Any], form: bool) -> dict[str, Any]:
+    """A validation error without the `input` of a secret: of anything sent in a header, a cookie or an HTML form
+    (where the dashboard's token, form token and any password travel), or of a field named like a secret (token,
+    secret, password, credential, key); of a mapping, its secret-named entries are hidden."""
+    loc = [str(part) for part in item.get("loc", ())]
+    if "input" not in item:
+        return item
+    if loc[:1] in (["header"], ["cookie"]) or (form and loc[:1] == ["body"]) or any(map(SECRET_NAME.search, loc)):
+        return {key: value for key, value in item.items() if key != "input"}
+    if isinstance(item["input"], dict):
+        return {**item, "input": {key: HIDDEN if SECRET_NAME.search(str(key)) else value
+                                  for key, value in item["input"].items()}}
+    return item
 
 
 def _json_safe(value: Any) -> Any:

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
+from lm_tuner.api.data_access import DataAccess, DataAccessDep
 from lm_tuner.api.deps import Unauthorized, Writer
 from lm_tuner.api.schemas import SpecErrorsOut
-from lm_tuner.api.submission import SPEC_BODY, parsed_spec, read_limited, spec_errors
+from lm_tuner.api.submission import SPEC_BODY, SPEC_RESPONSES, parsed_spec, read_spec, spec_errors
 from lm_tuner.tuner.run.probe import DatasetUnavailable, study_plan
-from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue
+from lm_tuner.tuner.spec import SpecError, SpecIssue
 from lm_tuner.tuner.spec.plan import StudyPlan
 
 router = APIRouter()
@@ -42,11 +43,12 @@ class QueryErrorsOut(BaseModel):
     responses={422: {"model": SpecErrorsOut | QueryErrorsOut,
                      "description": "the spec is invalid, or its dataset cannot be read (one entry per problem); or "
                                     "the query cannot be read"},
-               413: {"description": "body too large"}, **Unauthorized},
+               **SPEC_RESPONSES, **Unauthorized},
     openapi_extra=SPEC_BODY,
 )
 async def plan(
     request: Request,
+    access: DataAccessDep,
     probe: Annotated[bool, Query(description="time each family's median shape on this server (about 10 s, longer "
                                              "where one training step and one evaluation take longer) to estimate "
                                              "the study's duration")] = False,
@@ -54,15 +56,16 @@ async def plan(
     """Each family's solved shapes across the searched ranges, where its parameters go, its trials and the
     warnings of `tuner plan`; with `probe`, the time per trial and for the study on this server. Studies that
     POST /studies would refuse are planned too, the reason among the warnings."""
-    body = await read_limited(request, MAX_SPEC_BYTES)
+    body = await read_spec(request)
     try:
-        return await run_in_threadpool(_plan, body, probe)
+        return await run_in_threadpool(_plan, body, probe, access)
     except SpecError as error:
         return spec_errors(error)
 
 
-def _plan(body: bytes, probe: bool) -> StudyPlan:
+def _plan(body: bytes, probe: bool, access: DataAccess) -> StudyPlan:
     spec, _ = parsed_spec(body, SOURCE)
+    access.check(spec)
     try:
         return study_plan(spec, probe=probe)
     except DatasetUnavailable as error:

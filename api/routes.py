@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, require_study, study_or_404
+from lm_tuner.api.guard import GUARDED
 from lm_tuner.api.params import Limit, Offset, StudyName, text_query
 from lm_tuner.api.schemas import (
     ComparisonOut,
@@ -94,7 +95,7 @@ def baseline_of(study: StudyView) -> BaselineOut:
 
 @router.post("/studies/{name}/cancel", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
              tags=["studies"], dependencies=[Writer],
-             responses={**NotFound, **Unauthorized, 409: {"description": "the study has already ended"}})
+             responses={**NotFound, **Unauthorized, **GUARDED, 409: {"description": "the study has already ended"}})
 def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
     """Cancel a queued study at once, or a running one within seconds (its running trials stop)."""
     try:
@@ -107,7 +108,8 @@ def cancel(name: StudyName, config: SettingsDep) -> StatusOut:
 
 @router.post("/studies/{name}/resume", response_model=StatusOut, status_code=status.HTTP_202_ACCEPTED,
              tags=["studies"], dependencies=[Writer],
-             responses={**NotFound, **Unauthorized, 409: {"description": "the study is queued, running or complete"}})
+             responses={**NotFound, **Unauthorized, **GUARDED,
+                        409: {"description": "the study is queued, running or complete"}})
 def resume(name: StudyName, config: SettingsDep) -> StatusOut:
     """Put a failed or cancelled study back in the queue; the server's worker continues it as `tuner resume`
     would (finished trials are kept, interrupted ones run again)."""
@@ -120,7 +122,7 @@ def resume(name: StudyName, config: SettingsDep) -> StatusOut:
 
 
 @router.delete("/studies/{name}", status_code=status.HTTP_204_NO_CONTENT, tags=["studies"], dependencies=[Writer],
-               responses={**NotFound, **Unauthorized, 409: {"description": "the study is still running"},
+               responses={**NotFound, **Unauthorized, **GUARDED, 409: {"description": "the study is still running"},
                           500: {"description": "its checkpoint files could not be removed: the study is kept"}})
 def remove(name: StudyName, config: SettingsDep) -> Response:
     """Delete a study that is not running: its trials, learning curves and checkpoint files (the files first: where

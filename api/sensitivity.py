@@ -8,6 +8,7 @@ from fastapi import APIRouter, status
 from fastapi.exceptions import RequestValidationError
 
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer, study_or_404
+from lm_tuner.api.guard import GUARDED
 from lm_tuner.api.params import StudyName, text_query
 from lm_tuner.api.schemas import EffectPoint, SensitivityIn, SensitivityOut, SensitivityPlanOut
 from lm_tuner.dashboards import figure_json, sensitivity_figure
@@ -22,8 +23,10 @@ router = APIRouter(tags=["sensitivity"])
 
 
 @router.post("/studies/{name}/sensitivity", response_model=SensitivityPlanOut, status_code=status.HTTP_202_ACCEPTED,
-             dependencies=[Writer], responses={404: {"description": "no such study"}, **Unauthorized,
-                                               400: {"description": "the body is not valid JSON"}})
+             dependencies=[Writer], responses={
+                 404: {"description": "no such study"}, **Unauthorized, **GUARDED,
+                 400: {"description": "the body is not valid JSON, the Host header is not a name this server answers "
+                                      "to, or the URL holds a control character"}})
 def request_sensitivity(name: StudyName, body: SensitivityIn, config: SettingsDep) -> SensitivityPlanOut:
     """Queue re-runs of the best configuration with `parameter` moved across ±15% of its range (`points`
     values, `seeds` seeds each); a `tuner worker` (or `tuner serve`) trains them. Runs already queued or

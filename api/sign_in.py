@@ -9,6 +9,7 @@ from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from lm_tuner.api.csrf import page_token
 from lm_tuner.api.deps import SESSION_COOKIE, SettingsDep, SignInRequired
 from lm_tuner.dashboards import render
 from lm_tuner.tuner.store import Storage
@@ -16,14 +17,16 @@ from lm_tuner.tuner.store import Storage
 router = APIRouter(include_in_schema=False)
 
 SIGN_IN = "/dashboard/sign-in"
+SIGN_OUT = "/dashboard/sign-out"
 SIGNED_IN_COOKIE = "lmt_signed_in"  # not secret and readable by the page's script: shows the sign-out button
 COOKIE_SECONDS = 30 * 24 * 3600
 MAX_TOKEN_LENGTH = 512
 
 
 @router.get(SIGN_IN, response_class=HTMLResponse)
-def sign_in_page(next_page: Annotated[str, Query(alias="next", max_length=2048)] = "/dashboard") -> str:
-    return render("sign_in.html", next_page=_local(next_page), error=None, refresh_ms=0)
+def sign_in_page(request: Request,
+                 next_page: Annotated[str, Query(alias="next", max_length=2048)] = "/dashboard") -> str:
+    return render("sign_in.html", next_page=_local(next_page), error=None, refresh_ms=0, csrf_token=page_token(request))
 
 
 @router.post(SIGN_IN)
@@ -32,7 +35,8 @@ async def sign_in(request: Request, config: SettingsDep, token: Annotated[str, F
     """A valid token sets the session cookie and returns to the page asked for; anything else shows the form."""
     token = token.strip()
     if not token or not await run_in_threadpool(Storage(config.storage_url).token_is_valid, token):
-        page = render("sign_in.html", next_page=_local(next_page), error="unknown or revoked token", refresh_ms=0)
+        page = render("sign_in.html", next_page=_local(next_page), error="unknown or revoked token", refresh_ms=0,
+                      csrf_token=page_token(request))
         return HTMLResponse(page, status_code=status.HTTP_401_UNAUTHORIZED)
     response = RedirectResponse(_local(next_page), status_code=status.HTTP_303_SEE_OTHER)
     secure = request.url.scheme == "https"
@@ -42,7 +46,7 @@ async def sign_in(request: Request, config: SettingsDep, token: Annotated[str, F
     return response
 
 
-@router.post("/dashboard/sign-out")
+@router.post(SIGN_OUT)
 def sign_out() -> Response:
     response = RedirectResponse(SIGN_IN, status_code=status.HTTP_303_SEE_OTHER)
     for cookie in (SESSION_COOKIE, SIGNED_IN_COOKIE):

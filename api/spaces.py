@@ -10,7 +10,9 @@ from fastapi import APIRouter, HTTPException, status
 from fastapi import Path as FastAPIPath
 from pydantic import BaseModel, Field
 
+from lm_tuner.api.data_access import DataAccessDep
 from lm_tuner.api.deps import Reader, SettingsDep, Unauthorized, Writer
+from lm_tuner.api.guard import GUARDED
 from lm_tuner.api.params import PRINTABLE
 from lm_tuner.api.schemas import SpecErrorsOut, SubmittedOut
 from lm_tuner.api.submission import queue_study, spec_errors
@@ -54,12 +56,12 @@ def space(name: SpaceName) -> SpaceDetailOut:
              dependencies=[Writer],
              responses={**NoSuchSpace, 409: {"description": "a study with this name exists"},
                         422: {"model": SpecErrorsOut, "description": "the space cannot run on this server"},
-                        **Unauthorized})
-async def submit_space(name: SpaceName, config: SettingsDep) -> SubmittedOut:
+                        **GUARDED, **Unauthorized})
+async def submit_space(name: SpaceName, config: SettingsDep, access: DataAccessDep) -> SubmittedOut:
     """Queue the shipped space `name` as a study, exactly as POST /studies would queue its YAML."""
     found = _shipped(name)
     try:
-        return await queue_study(config, found.text.encode(), f"shipped space {found.name}")
+        return await queue_study(config, found.text.encode(), f"shipped space {found.name}", access)
     except SpecError as error:
         return spec_errors(error)
 

@@ -9,7 +9,9 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from lm_tuner.api.data_access import DATA_ACCESS, DataAccess, DataAccessDep
 from lm_tuner.api.deps import SettingsDep, Unauthorized, Writer
+from lm_tuner.api.guard import GUARDED
 from lm_tuner.api.schemas import (
     SpecErrorsOut,
     SpecIssueOut,
@@ -23,11 +25,16 @@ from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
 
 router = APIRouter()
+SPEC_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json")
+"""The content types of a spec document (YAML, or JSON, which YAML reads); a body without one is read as YAML."""
 SPEC_BODY = {"requestBody": {"required": True, "content": {
     "application/yaml": {"schema": {"type": "string", "description": "a study spec in YAML"}},
     "application/json": {"schema": {"type": "object", "description": "a study spec (docs/spec.md)"}},
 }}}
 """The OpenAPI request body of a route that reads a spec document."""
+SPEC_RESPONSES = {413: {"description": "body too large"},
+                  415: {"description": f"a content type other than {', '.join(SPEC_TYPES)}"}, **GUARDED, **DATA_ACCESS}
+"""The answers of every route that reads a spec document, besides its own."""
 
 
 @router.post(
@@ -38,24 +45,24 @@ SPEC_BODY = {"requestBody": {"required": True, "content": {
     dependencies=[Writer],
     responses={422: {"model": SpecErrorsOut, "description": "the spec is invalid; one entry per problem"},
                409: {"description": "a study with this name exists, or the artifact store holds checkpoints of an "
-                                    "earlier one"}, 413: {"description": "body too large"},
-               **Unauthorized},
+                                    "earlier one"}, **SPEC_RESPONSES, **Unauthorized},
     openapi_extra=SPEC_BODY,
 )
-async def submit(request: Request, config: SettingsDep) -> Any:
-    """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads."""
-    body = await read_limited(request, MAX_SPEC_BYTES)
+async def submit(request: Request, config: SettingsDep, access: DataAccessDep) -> Any:
+    """Queue a study. The body is the same YAML (or JSON) document `tuner launch --space` reads (Content-Type
+    application/yaml or application/json)."""
+    body = await read_spec(request)
     try:
-        return await queue_study(config, body, "request body")
+        return await queue_study(config, body, "request body", access)
     except SpecError as error:
         return spec_errors(error)
 
 
-async def queue_study(config: Settings, body: bytes, source: str) -> SubmittedOut:
+async def queue_study(config: Settings, body: bytes, source: str, access: DataAccess) -> SubmittedOut:
     """Validate a spec document against its data and queue its study, with the plan's warnings; SpecError names
     `source` (also for data that cannot be read), 409 for a taken name or files of an earlier study of that name in
-    the artifact store."""
-    spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source)
+    the artifact store, 401 or 403 for data the request may not make this server read."""
+    spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source, access)
     try:
         await run_in_threadpool(refuse_mismatched_artifacts, config.storage_url, spec.name, config.artifact_root)
         await run_in_threadpool(submit_study, config.storage_url, spec, document, unigram_perplexity=unigram)
@@ -71,12 +78,13 @@ def spec_errors(error: SpecError) -> JSONResponse:
                         content={"detail": [issue.model_dump() for issue in issues]})
 
 
-def _submitted_spec(body: bytes, source: str) -> tuple[StudySpec, str, list[str], float | None]:
+def _submitted_spec(body: bytes, source: str, access: DataAccess) -> tuple[StudySpec, str, list[str], float | None]:
     """The spec of a request body, its text, the plan's warnings and the unigram perplexity of its data (None where
     this server has not read the data), or SpecError (with what a queued study would certainly fail on). Run in the
     thread pool: however the body is made, and however long its data takes to read, the event loop keeps
     answering."""
     spec, document = parsed_spec(body, source)
+    access.check(spec)
     issues, warnings = data_checks(spec)
     if issues:
         raise SpecError(issues, source)
@@ -90,6 +98,16 @@ def parsed_spec(body: bytes, source: str) -> tuple[StudySpec, str]:
     except UnicodeDecodeError as error:
         raise SpecError([SpecIssue("", "the body must be UTF-8 text")]) from error
     return parse_spec(document, source=source), document
+
+
+async def read_spec(request: Request) -> bytes:
+    """A spec document's body: 415 for another content type than SPEC_TYPES, 413 beyond MAX_SPEC_BYTES."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media and media not in SPEC_TYPES:
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                            f"Content-Type {media}: a study spec is sent as {', '.join(SPEC_TYPES[:-1])} or "
+                            f"{SPEC_TYPES[-1]} (or without Content-Type, read as YAML)")
+    return await read_limited(request, MAX_SPEC_BYTES)
 
 
 async def read_limited(request: Request, limit: int) -> bytes:

@@ -14,6 +14,7 @@ from lm_tuner.api.params import StudyName
 from lm_tuner.dashboards import figure_json
 from lm_tuner.dashboards.tuning_curves import tuning_curves_figure
 from lm_tuner.tuner.analysis.tuning_curves import (
+    CONFIDENCE_DECIMALS,
     CONFIDENCE_RANGE,
     DEFAULT_CONFIDENCE,
     FamilyCurve,
@@ -45,7 +46,8 @@ class FamilyCurveOut(BaseModel):
 class TuningCurvesOut(BaseModel):
     study: str
     unit: str = Field(description="the unit of the *_score fields: perplexity or bpc")
-    confidence: float = Field(description="the probability that every family's band holds at once")
+    confidence: float = Field(description="the probability that every family's band holds at once (as asked, to "
+                                          f"{CONFIDENCE_DECIMALS} decimals)")
     method: str
     verdict: str
     families: list[FamilyCurveOut]
@@ -53,7 +55,8 @@ class TuningCurvesOut(BaseModel):
 
 
 Confidence = Annotated[float, Query(ge=CONFIDENCE_RANGE[0], le=CONFIDENCE_RANGE[1], allow_inf_nan=False,
-                                    description="confidence of the bands, from 0.5 to 0.999")]
+                                    description=f"confidence of the bands, from 0.5 to 0.999, taken to "
+                                                f"{CONFIDENCE_DECIMALS} decimals (the answer's `confidence`)")]
 
 
 @router.get("/studies/{name}/tuning-curves", response_model=TuningCurvesOut,
@@ -66,7 +69,7 @@ def read_tuning_curves(name: StudyName, config: SettingsDep, confidence: Confide
     found = tuning_curves(config.storage_url, name, confidence)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study named {name!r}")
-    return TuningCurvesOut(study=name, unit=found.unit.name, confidence=confidence, method=found.method,
+    return TuningCurvesOut(study=name, unit=found.unit.name, confidence=found.confidence, method=found.method,
                            verdict=found.verdict, families=[_family(found, c) for c in found.families],
                            figure=figure_json(tuning_curves_figure(found)))
 

@@ -2,6 +2,12 @@
 with a 4xx in under a second — never a 500, never a stall —, /health answers within 200 ms throughout,
 and the study stored beforehand (every row of the project's tables) is unchanged afterwards.
 
+Hostile requests join them (issue 42), each with the answer it must get: writes from pages of other sites (a
+foreign Origin or Referer, Sec-Fetch-Site), foreign Host names (DNS rebinding), content types an HTML form can send,
+the sign-in cookie without the page's form token, secrets that must not be echoed. A server with tokens and a data
+folder gets its own: anonymous reads of its files, folders outside the allowed one (missing or not: one answer),
+and a hundred distinct cache keys (confidences of the tuning curves), which must run one simulation.
+
 The corpus is generated: each leaf of a spec with every section is replaced by what its column or
 meaning cannot take (true for a number, integers beyond 32 bits or of 5,000 digits, infinities,
 control characters in text, lone surrogates), keys are given twice or with NUL, and hand-written YAML
@@ -15,6 +21,7 @@ import copy
 import http.client
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -26,13 +33,18 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from lm_tuner.api.csrf import form_token
+from lm_tuner.tuner.analysis import curve_bands
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.yaml_loader import MAX_VALUES
 from lm_tuner.tuner.store.engine import engine_for
 from lm_tuner.tuner.store.schema import Base
+from lm_tuner.tuner.store.tokens import create_token
 from tests.conftest import TINY_SPEC, serve_app
+from tests.test_progress import add_study
+from tests.test_reports import TWO_FAMILIES, trial
 
 SLOWEST_ANSWER = 1.0  # seconds: the issue's bound on each rejection
 SLOWEST_HEALTH = 0.2  # seconds: the issue's bound on /health under attack
@@ -80,7 +92,8 @@ BAD_STATIC = ["%00", "..%2F..%2Fpyproject.toml", "%2e%2e/%2e%2e/pyproject.toml",
 
 @dataclass(frozen=True)
 class Probe:
-    """One request, sent as written (its path is not normalised); `field`: a 422 must name it."""
+    """One request, sent as written (its path is not normalised); `field`: a 422 must name it; `expected`: the status
+    it must get; `secret`: text the answer must not hold."""
 
     label: str
     method: str
@@ -89,6 +102,9 @@ class Probe:
     content_type: str | None = None
     field: str | None = None
     chunked: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+    expected: int | None = None
+    secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +183,7 @@ def unstorable(value: Any, rng: random.Random) -> list[Any]:
 
 def spec_mutations(rng: random.Random) -> list[Probe]:
     probes = []
-    content_types = ["application/json", "application/yaml", "text/plain", None]
+    content_types = ["application/json", "application/yaml", "application/x-yaml", None]
     for path, value in leaves(FULL_SPEC):
         for bad in unstorable(value, rng):
             located = not isinstance(bad, Raw) or bad.startswith(("1e", "-.", ".n"))  # the rest: a line only
@@ -323,19 +339,96 @@ def read_probes() -> list[Probe]:
                                    (b'{"parameter": NaN}', None), (b"[1, 2]", None), (b"{", None), (b"\xff", None))]
     probes += [Probe(f"sensitivity body of binary junk as {kind}", "POST", sensitivity, b"9\x07\xa5\xd3\xce\xf7", kind)
                for kind in (None, "application/octet-stream", "application/json")]
-    probes += [Probe("sign in with NUL", "POST", "/dashboard/sign-in", b"token=%00&next=%00",
-                     "application/x-www-form-urlencoded")]
+    probes += [Probe("sign in with NUL", "POST", "/dashboard/sign-in",
+                     f"token=%00&next=%00&csrf_token={form_token(FORM_SEED)}".encode(),
+                     "application/x-www-form-urlencoded", headers=(("Cookie", f"lmt_form={FORM_SEED}"),))]
+    return probes
+
+
+FORM_SEED = "a-form-cookie-of-this-browser"
+FOREIGN = "http://127.0.0.1:1"  # a page on another port of this host
+WRITES = [("POST", f"/studies/{STORED}/cancel", None), ("POST", f"/studies/{STORED}/resume", None),
+          ("DELETE", f"/studies/{STORED}", None), ("POST", "/studies", json.dumps(FULL_SPEC).encode()),
+          ("POST", "/studies/validate", json.dumps(FULL_SPEC).encode()),
+          ("POST", "/studies/plan", json.dumps(FULL_SPEC).encode()),
+          ("POST", f"/studies/{STORED}/sensitivity", b'{"parameter": "learning_rate"}'),
+          ("POST", "/spaces/small/quickstart/studies", None), ("PUT", "/studies", b"{}"),
+          ("POST", "/dashboard/sign-out", b"csrf_token=x"), ("POST", "/dashboard/sign-in", b"token=x&csrf_token=x")]
+FORMS = ("/dashboard/sign-out", "/dashboard/sign-in")
+
+
+def _kind(path: str) -> str:
+    return "application/x-www-form-urlencoded" if path in FORMS else "application/json"
+
+
+def hostile_probes() -> list[Probe]:
+    """Requests a hostile page, a rebinding name or a forged form sends: each refused with its own status."""
+    probes = []
+    for method, path, body in WRITES:
+        kind = _kind(path)
+        for label, headers in (("a foreign Origin", (("Origin", FOREIGN),)),
+                               ("an opaque Origin", (("Origin", "null"),)),
+                               ("a foreign Origin beside this host's Referer", (("Origin", "http://evil.example"),
+                                                                                ("Referer", "http://127.0.0.1/"))),
+                               ("a foreign Referer", (("Referer", f"{FOREIGN}/attack.html?x=1"),)),
+                               ("Sec-Fetch-Site cross-site", (("Sec-Fetch-Site", "cross-site"),)),
+                               ("Sec-Fetch-Site same-site", (("Sec-Fetch-Site", "same-site"),))):
+            probes.append(Probe(f"{method} {path} with {label}", method, path, body, kind, headers=headers,
+                                expected=403))
+        for host in ("rebind.attacker.example", "rebind.attacker.example:8000", "127.0.0.1@evil.example",
+                     "127.0.0.1:notaport", "[::1", "", "localhost:99999"):
+            probes.append(Probe(f"{method} {path} for Host {host!r}", method, path, body, kind,
+                                headers=(("Host", host),), expected=400))
+        if path not in FORMS:
+            for simple in ("text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+                           "multipart/form-data; boundary=x", "TEXT/PLAIN"):
+                probes.append(Probe(f"{method} {path} as {simple}", method, path, body or b"", simple, expected=415))
+            for label, headers in (("without the form token", ()), ("with a wrong form token",
+                                                                     (("X-CSRF-Token", "0" * 64),)),
+                                   ("with another cookie's form token", (("X-CSRF-Token", form_token("other")),))):
+                probes.append(Probe(f"{method} {path} with the sign-in cookie {label}", method, path, body, kind,
+                                    headers=(("Cookie", "lmt_token=lmt_a-signed-in-browser"), *headers),
+                                    expected=403))
+    for path in FORMS:
+        for label, headers, body in (
+                ("without the form cookie", (), b"token=x&csrf_token=" + form_token(FORM_SEED).encode()),
+                ("without the form token", (("Cookie", f"lmt_form={FORM_SEED}"),), b"token=x"),
+                ("with another cookie's token", (("Cookie", "lmt_form=planted"),),
+                 b"token=x&csrf_token=" + form_token(FORM_SEED).encode())):
+            probes.append(Probe(f"{path} {label}", "POST", path, body, "application/x-www-form-urlencoded",
+                                headers=headers, expected=403))
+        probes.append(Probe(f"{path} as JSON", "POST", path, b"{}", "application/json", expected=415))
+        probes.append(Probe(f"{path}: a form of 20 KB", "POST", path, b"x=" + b"y" * 20_000,
+                            "application/x-www-form-urlencoded", headers=(("Cookie", f"lmt_form={FORM_SEED}"),),
+                            expected=413))
+    for method, path in (("GET", "/dashboard"), ("GET", "/studies"), ("GET", f"/studies/{STORED}"),
+                         ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/static/dashboard.js")):
+        probes.append(Probe(f"{method} {path} for a rebinding Host", method, path,
+                            headers=(("Host", "rebind.attacker.example"),), expected=400))
+    secret = "lmt_" + "pasted-secret-" * 60
+    sign_in = (("Cookie", f"lmt_form={FORM_SEED}"),)
+    probes += [Probe("an over-long token pasted into the sign-in form", "POST", "/dashboard/sign-in",
+                     f"token={secret}&csrf_token={form_token(FORM_SEED)}".encode(),
+                     "application/x-www-form-urlencoded", headers=sign_in, expected=422, secret="pasted-secret"),
+               Probe("an over-long token and next", "POST", "/dashboard/sign-in",
+                     f"token={secret}&next=/{'n' * 3000}&csrf_token={form_token(FORM_SEED)}".encode(),
+                     "application/x-www-form-urlencoded", headers=sign_in, expected=422, secret="pasted-secret"),
+               Probe("a token in a multipart sign-in", "POST", "/dashboard/sign-in",
+                     b'--b\r\nContent-Disposition: form-data; name="token"\r\n\r\n' + secret.encode()
+                     + b"\r\n--b--\r\n", "multipart/form-data; boundary=b", headers=sign_in, expected=415,
+                     secret="pasted-secret")]
     return probes
 
 
 def corpus() -> list[Probe]:
-    return spec_mutations(random.Random(18)) + handwritten_specs() + read_probes()
+    return spec_mutations(random.Random(18)) + handwritten_specs() + read_probes() + hostile_probes()
 
 
 def send(base_url: str, probe: Probe) -> Answer:
     address = urlsplit(base_url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
     headers = {"Content-Type": probe.content_type} if probe.content_type else {}
+    headers.update(probe.headers)
     body: Any = probe.body
     if probe.chunked:
         body = (probe.body[start:start + 65536] for start in range(0, len(probe.body), 65536))
@@ -407,6 +500,7 @@ def test_malformed_requests_get_a_4xx_in_under_a_second_while_health_answers(ser
           f"{max(poller.latencies) * 1000:.1f} ms")
     errors = [f"{a.status} {a.probe.label}: {a.body[:300]!r}" for a in answers if not 400 <= a.status < 500]
     assert not errors, "\n".join(errors)
+    assert_as_expected(answers)
     slow = [f"{a.seconds:.3f} s {a.probe.label}" for a in answers if a.seconds >= SLOWEST_ANSWER]
     assert not slow, "\n".join(slow)
     unnamed = [f"{a.probe.label}: {a.body[:300]!r}" for a in answers
@@ -450,3 +544,69 @@ def test_each_refusal_says_what_is_wrong_and_a_good_spec_still_goes_through(serv
         assert accepted.status_code == 202, accepted.text
         stored = client.get("/studies/good").json()["spec"]
         assert stored["description"] == good["description"] and stored["search_space"]["learning_rate"]["low"] == 1e-05
+
+
+def assert_as_expected(answers: list[Answer]) -> None:
+    """Each probe with an `expected` status got it, and no answer holds its probe's secret."""
+    wrong = [f"{a.status} (not {a.probe.expected}) {a.probe.label}: {a.body[:300]!r}" for a in answers
+             if a.probe.expected is not None and a.status != a.probe.expected]
+    assert not wrong, "\n".join(wrong)
+    echoed = [a.probe.label for a in answers if a.probe.secret and a.probe.secret.encode() in a.body]
+    assert not echoed, echoed
+
+
+def local_spec(name: str, folder: Any) -> bytes:
+    return json.dumps({**FULL_SPEC, "name": name, "dataset": {"path": str(folder), "format": "text"}}).encode()
+
+
+def test_a_server_with_tokens_reads_its_files_for_token_holders_in_its_folders_only(storage_url, tmp_path,
+                                                                                   monkeypatch):
+    allowed, outside = tmp_path / "data", tmp_path / "elsewhere"
+    for folder in (allowed / "corpus", outside):
+        folder.mkdir(parents=True)
+        for split in ("train", "valid", "test"):
+            (folder / f"{split}.txt").write_text(" ".join(f"w{i % 13}" for i in range(300)) + "\n")
+    (allowed / "escape").symlink_to(outside)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    curve_bands.band_weights.cache_clear()
+    simulations = []
+    simulate = curve_bands._simulate
+    monkeypatch.setattr(curve_bands, "_simulate", lambda *args: simulations.append(args) or simulate(*args))
+    add_study(storage_url, STORED, **TWO_FAMILIES, tuning={"trials": 4, "concurrency": 2})
+    for value in (4.0, 4.3, 4.1):
+        for family, offset in zip(TWO_FAMILIES["families"], (0.0, 0.4), strict=True):
+            trial(storage_url, STORED, family, "COMPLETE", value + offset)
+    token = create_token(storage_url, "robustness")
+    bearer = (("Authorization", f"Bearer {token}"),)
+    probes = []
+    for route in ("/studies/validate", "/studies/plan", "/studies"):
+        for label, folder in (("an allowed folder", allowed / "corpus"), ("a missing folder", tmp_path / "none"),
+                              ("a folder outside", outside), ("a file", allowed / "corpus" / "train.txt")):
+            probes.append(Probe(f"anonymous {route} reading {label}", "POST", route, local_spec("local", folder),
+                                "application/json", expected=401))
+        for label, folder in (("a folder outside", outside), ("a missing folder outside", tmp_path / "none"),
+                              ("/etc", "/etc"), ("a way out through ..", allowed / ".." / "elsewhere"),
+                              ("a link out", allowed / "escape"), ("the home folder", "~")):
+            probes.append(Probe(f"{route} with a token reading {label}", "POST", route, local_spec("local", folder),
+                                "application/json", headers=bearer, expected=403))
+    confidences = [f"0.9{i:06d}" for i in range(100)]  # 100 distinct values, one confidence to 3 decimals
+    probes += [Probe(f"tuning curves at confidence {c}", "GET", f"/studies/{STORED}/tuning-curves?confidence={c}",
+                     expected=200) for c in confidences]
+    settings = Settings(storage_url, tmp_path / "artifacts", data_folders=(allowed,))
+    try:
+        with serve_app(settings) as base_url:
+            before = table_rows(storage_url)
+            answers = [send(base_url, probe) for probe in probes]
+            after = table_rows(storage_url)
+    finally:
+        curve_bands.band_weights.cache_clear()
+    print(f"\n{storage_url.split(':')[0]}: {len(answers)} requests to a server with tokens, "
+          f"{sum(a.status >= 500 for a in answers)} answered >= 500, {len(simulations)} band simulations")
+    assert not [a.probe.label for a in answers if a.status >= 500]
+    assert_as_expected(answers)
+    refusals = {re.sub(rb"dataset.path: '[^']*'", b"dataset.path: PATH", a.body)
+                for a in answers if a.status == 403 and a.probe.path == "/studies/validate"}
+    assert len(refusals) == 1, refusals  # missing or not, inside a link or not: one answer, nothing learned
+    assert len(simulations) == 1  # both families have 3 trials; one confidence to 3 decimals: one simulation
+    assert len(list(curve_bands.cache_folder().iterdir())) <= curve_bands.MAX_KEPT_FILES
+    assert after == before

@@ -165,7 +165,8 @@ def test_without_a_token_the_page_asks_to_sign_in_and_cannot_submit(browser, tmp
         assert tab.locator("#submit").is_disabled() and tab.locator("#plan").is_disabled()
         tab.wait_for_selector("#issues[data-state=valid]")  # checking needs no token
         refused = tab.evaluate("""async () => (await fetch("/studies", {method: "POST", body:
-            document.querySelector(".CodeMirror").CodeMirror.getValue()})).status""")
+            document.querySelector(".CodeMirror").CodeMirror.getValue(),
+            headers: {"Content-Type": "application/yaml"}})).status""")
         assert refused == 401
         assert httpx.get(f"{base_url}/studies", timeout=30).json()["total"] == 0
         tab.screenshot(path=str(ARTIFACTS / "new_study_signed_out.png"), full_page=True)

@@ -14,6 +14,8 @@ HOME_VARIABLE = "LM_TUNER_HOME"
 STORAGE_VARIABLE = "LM_TUNER_STORAGE"
 ARTIFACTS_VARIABLE = "LM_TUNER_ARTIFACTS"
 
+ALLOWED_HOSTS_VARIABLE = "LM_TUNER_ALLOWED_HOSTS"  # `tuner serve --allowed-host`, names separated by commas
+DATA_FOLDERS_VARIABLE = "LM_TUNER_DATA_FOLDERS"  # `tuner serve --data-folder`, folders separated by colons
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -89,6 +91,8 @@ class Settings:
         """Ray Tune's own records (no checkpoint: trials write theirs to the artifact store themselves), on this
         machine's disk when the artifact store is object storage."""
         if isinstance(self.artifact_root, ObjectStoreUrl):
+    allowed_hosts: tuple[str, ...] = ()  # API: Host names answered beyond the loopback names ("*": any)
+    data_folders: tuple[Path, ...] = ()  # API: the only folders a submitted spec may read data from (empty: any)
             return home() / "_ray"
         return self.artifact_root / "_ray"
 

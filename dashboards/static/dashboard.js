@@ -9,6 +9,11 @@ function withQuery(url, query) {
   return url + (url.includes("?") ? "&" : "?") + query;
 }
 
+// The headers of a write from a page: the page's form token travels with the sign-in cookie (api/csrf.py).
+function writeHeaders(headers) {
+  return {...headers, "X-CSRF-Token": document.querySelector("meta[name=csrf-token]").content};
+}
+
 // plotly.js (its basic bundle, 1.2 MB) is loaded without blocking the page: the table is usable and the plot
 // data is on its way while the browser parses it.
 const plotlyLoaded = new Promise((resolve, reject) => {

@@ -18,7 +18,7 @@ function issueText(issue) {
 
 async function postSpec(url, text) {
   const response = await fetch(url, {method: "POST", body: text,
-                                     headers: {"Content-Type": "application/yaml", Accept: "application/json"}});
+                                     headers: writeHeaders({"Content-Type": "application/yaml", Accept: "application/json"})});
   const body = response.headers.get("content-type")?.includes("json") ? await response.json() : await response.text();
   return {status: response.status, body};
 }

@@ -21,7 +21,7 @@ async function act(holder, button) {
   const note = holder.querySelector("[role=status]");
   button.disabled = true;
   const response = await fetch(`/studies/${encodeURIComponent(holder.dataset.study)}/${button.dataset.action}`,
-                               {method: "POST", headers: {Accept: "application/json"}});
+                               {method: "POST", headers: writeHeaders({Accept: "application/json"})});
   if (response.status === 401) {
     note.replaceChildren("this server needs a token: ", Object.assign(document.createElement("a"), {
       href: `/dashboard/sign-in?next=${encodeURIComponent(location.pathname)}`, textContent: "sign in"}));

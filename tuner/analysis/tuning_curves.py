@@ -29,6 +29,7 @@ from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord
 
 DEFAULT_CONFIDENCE = 0.95
 CONFIDENCE_RANGE = (0.5, 0.999)  # beyond 0.999 the band's level rounds to 1 for several families (opda refuses)
+CONFIDENCE_DECIMALS = 3  # a band is simulated and kept per confidence: 0.95 and 0.9500001 are one
 METHOD = (f"expected best: Dodge et al. 2019 (exact, from the order statistics); band: of the median best, "
           f"simultaneous over n, distribution-free (opda {version('opda')}, {BAND_METHOD})")
 
@@ -137,7 +138,9 @@ def _spans(leaders: list[str | None]) -> list[tuple[str | None, int, int]]:
 
 
 def tuning_curves(url: str, name: str, confidence: float = DEFAULT_CONFIDENCE) -> TuningCurves | None:
-    """The study's curves per family (in its order), or None for an unknown study."""
+    """The study's curves per family (in its order), or None for an unknown study; `confidence` is taken to
+    CONFIDENCE_DECIMALS decimals."""
+    confidence = round(confidence, CONFIDENCE_DECIMALS)
     if not CONFIDENCE_RANGE[0] <= confidence <= CONFIDENCE_RANGE[1]:
         raise ValueError(f"confidence must be in [{CONFIDENCE_RANGE[0]}, {CONFIDENCE_RANGE[1]}], not {confidence}")
     with sessions(url)() as session:

@@ -5,12 +5,21 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from lm_tuner.tuner.cli.common import Artifacts, StorageOption, console, refuse, stop_process, stopping_cleanly
-from lm_tuner.tuner.settings import ARTIFACTS_VARIABLE, STORAGE_VARIABLE, Settings
+from lm_tuner.tuner.cli.served_names import answered_hosts, data_folders, shown_hosts
+from lm_tuner.tuner.settings import (
+    ALLOWED_HOSTS_VARIABLE,
+    ARTIFACTS_VARIABLE,
+    DATA_FOLDERS_VARIABLE,
+    STORAGE_VARIABLE,
+    Settings,
+)
 from lm_tuner.tuner.store import Storage
 
 TOKEN_VARIABLE = "LM_TUNER_API_TOKEN"  # the secret of `serve --initial-token`, e.g. from a deployment's secrets
@@ -40,6 +49,17 @@ def serve(
         "--initial-token", metavar="NAME",
         help=f"on the first start (authentication off, no token NAME yet) create token NAME and turn "
              f"authentication on; its secret is ${TOKEN_VARIABLE} if set, else printed once")] = None,
+    allowed_hosts: Annotated[Optional[list[str]], typer.Option(
+        "--allowed-host", metavar="NAME", envvar=ALLOWED_HOSTS_VARIABLE,
+        help="a name clients reach this server by (the Host of their requests), answered besides localhost, "
+             "127.0.0.1, [::1], the --host address and, with --host 0.0.0.0 or ::, this machine's name and "
+             "addresses; others are refused (400), which keeps pages of other sites out (DNS rebinding); repeat it "
+             "for several; '*' answers any name (behind a proxy that checks it)")] = None,
+    data_folder: Annotated[Optional[list[Path]], typer.Option(
+        "--data-folder", metavar="PATH", envvar=DATA_FOLDERS_VARIABLE,
+        help="a folder whose files specs submitted over REST may read as their dataset (`path`); repeat it for "
+             "several; without it any folder this process can read (with tokens, only requests with a valid one)")
+    ] = None,
     debug: Annotated[bool, typer.Option(
         "--debug", help="log at debug level, with the traceback of a study the worker fails as expected (its data "
                         "cannot be read or downloaded, it is refused) besides its one line")] = False,
@@ -55,7 +75,9 @@ def serve(
     from lm_tuner.tuner.cli.running import DEBUG_VARIABLE
     from lm_tuner.tuner.store import TokenError
 
-    settings = Settings.from_options(storage, artifacts, private_reads=private_reads)
+    settings = replace(Settings.from_options(storage, artifacts, private_reads=private_reads),
+                       allowed_hosts=answered_hosts(host, allowed_hosts or []),
+                       data_folders=data_folders(data_folder or []))
     Storage(settings.storage_url).upgrade()
     if initial_token is not None:
         given = os.environ.get(TOKEN_VARIABLE) or None  # compose passes an unset variable as empty
@@ -87,6 +109,8 @@ def serve(
                 runner = subprocess.Popen([sys.executable, "-c", WORKER_START.format(parent=os.getpid()), "worker"],
                                           env=worker_environment(settings), process_group=0)
             console.print(f"dashboard: http://{host}:{port}/dashboard   API docs: http://{host}:{port}/docs")
+            console.print(f"answering requests for {shown_hosts(settings.allowed_hosts)} (others: --allowed-host "
+                          f"NAME)", highlight=False)
             # uvicorn stops serving on SIGINT or SIGTERM, then raises the signal again: KeyboardInterrupt here.
             server.run(sockets=[listening])
         except KeyboardInterrupt:
