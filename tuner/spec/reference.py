@@ -24,6 +24,7 @@ from lm_tuner.trainers.text import TOKENISATIONS
 from lm_tuner.tuner.spec.document import (
     MAX_SPEC_BYTES,
     DynamicEvaluationStage,
+    ComputeBudget,
     EarlyStopping,
     Evaluation,
     Family,
@@ -156,6 +157,16 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
      "Either `low`/`high` (with `log`) or `choices`. Integer hyperparameters take integer bounds."),
     ("`tuning`", Tuning, ""),
     ("`early_stopping`", EarlyStopping, ""),
+    ("`compute_budget`", ComputeBudget,
+     "What the whole study may spend, instead of a budget per trial: give exactly one of `core_hours`, `gpu_hours` "
+     "or `wall_minutes`. The study's first run times each family here (as `tuner plan` does) and fixes its plan: "
+     "every family runs the same successive-halving bracket, `finalists` x `reduction_factor`^(`rungs` - 1) "
+     "configurations at the lowest rung, the best 1/`reduction_factor` of each rung trained on to the next, the "
+     "rungs in training tokens and the same for every family (`equal: tokens`) or scaled to the same device-seconds "
+     "(`equal: compute`). `tuning.trials` follows from the rungs; `training` gives no budget of its own, and "
+     "`early_stopping` stays off. Turns score `training.validation_tokens` (set it: the whole split every turn "
+     "would eat the budget); the finalists are scored on the whole split. `tuner plan` shows the rungs, their "
+     "tokens and the expected end."),
     ("`reruns`", Reruns, "After tuning, the best configurations are trained again with new seeds; families are "
                          "compared on the means of these final models."),
     ("`evaluation`", Evaluation, "The test protocol on the final checkpoints (and the best tuning run). It is the only "
