@@ -10,6 +10,10 @@ from contextlib import contextmanager
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+# The default database and artifacts (tuner.settings.home) of every test, and of the commands tests start, in a
+# folder of their own, never this user's data folder: set before test modules copy the environment for their
+# subprocesses, and again for each test by `private_home`.
+os.environ["LM_TUNER_HOME"] = tempfile.mkdtemp(prefix="lm-tuner-home-")
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
@@ -32,6 +36,12 @@ TINY_SPEC = {
     },
     "tuning": {"sampler": "gp", "trials": 1, "concurrency": 2},
 }
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's default database and artifacts in a new folder (tests that need another set their own)."""
+    monkeypatch.setenv("LM_TUNER_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import re
@@ -13,9 +14,9 @@ from typing import ClassVar
 HOME_VARIABLE = "LM_TUNER_HOME"
 STORAGE_VARIABLE = "LM_TUNER_STORAGE"
 ARTIFACTS_VARIABLE = "LM_TUNER_ARTIFACTS"
-
 ALLOWED_HOSTS_VARIABLE = "LM_TUNER_ALLOWED_HOSTS"  # `tuner serve --allowed-host`, names separated by commas
 DATA_FOLDERS_VARIABLE = "LM_TUNER_DATA_FOLDERS"  # `tuner serve --data-folder`, folders separated by colons
+
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -24,8 +25,21 @@ class SettingsError(ValueError):
     """A storage URL or folder that cannot be used; the message names the option."""
 
 
+EARLIER_HOME = Path("lm-tuner-data")  # the default of versions up to 0.1, in the working folder
+
+log = logging.getLogger(__name__)
+
+
 def home() -> Path:
-    return Path(os.environ.get(HOME_VARIABLE, "lm-tuner-data")).absolute()
+    """Where the default database and artifacts live: $LM_TUNER_HOME, else this user's data folder (on Linux
+    $XDG_DATA_HOME/lm-tuner, by default ~/.local/share/lm-tuner), the same from any working folder: a launch in one
+    folder and `tuner serve` in another share one database."""
+    configured = os.environ.get(HOME_VARIABLE)
+    if configured:
+        return Path(configured).absolute()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("lm-tuner", appauthor=False))
 
 
 def default_storage() -> str:
@@ -77,11 +91,15 @@ class Settings:
     artifact_root: ArtifactRoot  # a local folder, or a prefix in object storage
     ray_address: str | None = None
     private_reads: bool = False  # API: reads need a token too (once tokens exist)
+    allowed_hosts: tuple[str, ...] = ()  # API: Host names answered beyond the loopback names ("*": any)
+    data_folders: tuple[Path, ...] = ()  # API: the only folders a submitted spec may read data from (empty: any)
 
     @classmethod
     def from_options(cls, storage: str | None, artifacts: str | Path | None, ray_address: str | None = None,
                      private_reads: bool = False) -> Settings:
         url = storage or default_storage()
+        if storage is None and not os.environ.get(STORAGE_VARIABLE):
+            _notice_earlier_database(url)
         _check_storage(url, "--storage" if storage else f"${STORAGE_VARIABLE}" if os.environ.get(STORAGE_VARIABLE)
                        else f"${HOME_VARIABLE}")
         return cls(url, artifact_root(artifacts) if artifacts else default_artifacts(), ray_address, private_reads)
@@ -91,13 +109,25 @@ class Settings:
         """Ray Tune's own records (no checkpoint: trials write theirs to the artifact store themselves), on this
         machine's disk when the artifact store is object storage."""
         if isinstance(self.artifact_root, ObjectStoreUrl):
-    allowed_hosts: tuple[str, ...] = ()  # API: Host names answered beyond the loopback names ("*": any)
-    data_folders: tuple[Path, ...] = ()  # API: the only folders a submitted spec may read data from (empty: any)
             return home() / "_ray"
         return self.artifact_root / "_ray"
 
     def __post_init__(self) -> None:  # what Ray pickles of the URL holds no password (PrivateUrl)
         object.__setattr__(self, "storage_url", PrivateUrl(self.storage_url))
+
+
+def _notice_earlier_database(url: str) -> None:
+    """One line, once, where the working folder holds the default database of earlier versions and `url`, the default
+    now, is another: their studies are not lost, only no longer found without being asked for."""
+    earlier = (EARLIER_HOME / "tuner.db").absolute()
+    if earlier.is_file() and url != f"sqlite:///{earlier}" and not _noticed:
+        _noticed.append(earlier)
+        log.warning(f"note: {earlier} (the default database of earlier versions) is not used; the default is now "
+                    f"{home() / 'tuner.db'}. To go on with it, set {HOME_VARIABLE}={earlier.parent}, or move that "
+                    f"folder to {home()}")
+
+
+_noticed: list[Path] = []
 
 
 def _check_storage(url: str, option: str) -> None:

@@ -42,7 +42,8 @@ StorageOption = Annotated[Optional[str], typer.Option(
     "--storage", metavar="URL",
     help=f"SQLAlchemy URL of the database, e.g. postgresql://user@host/db; a URL with a password belongs in "
          f"${STORAGE_VARIABLE}, since every user of this machine can read a command line [default: "
-         f"${STORAGE_VARIABLE}, else sqlite:///${HOME_VARIABLE}/tuner.db with {HOME_VARIABLE}=./lm-tuner-data]")]
+         f"${STORAGE_VARIABLE}, else sqlite:///${HOME_VARIABLE}/tuner.db, {HOME_VARIABLE} by default this user's "
+         f"data folder, ~/.local/share/lm-tuner]")]
 
 
 Artifacts = Annotated[Optional[str], typer.Option(  # a string: a Path would turn s3://b/p into the folder s3:/b/p
