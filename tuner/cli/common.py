@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from lm_tuner.tuner.cli.help_format import ConventionalTyper
 from lm_tuner.tuner.run.processes import adopt_orphans, stop_children, stop_on_signals, stop_signal
 from lm_tuner.tuner.settings import (
     ARTIFACTS_VARIABLE,
@@ -201,7 +202,7 @@ def command_group(**options: Any) -> typer.Typer:
     """A Typer app whose help texts are read as Markdown: a paragraph's lines are joined and refolded to the terminal,
     and a "[default: ...]" in an option's help is shown, where Rich markup (Typer's default) would take it for a
     style tag and drop it."""
-    return typer.Typer(rich_markup_mode="markdown", **options)
+    return ConventionalTyper(rich_markup_mode="markdown", **options)
 
 
 class PlainTable(Table):
