@@ -88,6 +88,11 @@ def build_directory(source: Path, root: Path) -> Path:
     return root / "lm_tuner" / key.hexdigest()[:16]
 
 
+def is_built(directory: Path) -> bool:
+    """Whether `directory` holds a finished build (a later load imports it, with no compiler)."""
+    return (directory / BUILT_FILE).is_file()
+
+
 def load_or_build(directory: Path) -> ModuleType:
     """The kernels built in `directory`, building them first where no finished build is there."""
     if (module := _import_built(directory)) is not None:

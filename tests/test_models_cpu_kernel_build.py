@@ -7,6 +7,7 @@ fails in a second, so the tests that need no real build stay fast.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -168,3 +169,20 @@ def test_a_build_killed_midway_does_not_block_the_next_process_whose_build_later
     assert Path(loaded["source"]).is_relative_to(other_checkout), stderr
     assert Path(built["file"]).is_relative_to(env["TORCH_EXTENSIONS_DIR"]) and loaded["file"] == built["file"]
     assert loaded["seconds"] < built["seconds"] / 3, (built, loaded)  # here 0.002 s against 22 s
+
+
+def test_kernels_build_says_what_it_built_where_and_what_for():
+    from typer.testing import CliRunner
+
+    from lm_tuner.tuner.cli.app import app
+
+    first = CliRunner().invoke(app, ["kernels", "build"])  # built by `make setup` here, else built now
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, ["kernels", "build"])
+    assert again.exit_code == 0, again.output
+    said, where, what_for = again.stdout.splitlines()
+    assert said == "C++ kernels for recurrent layers on CPUs: already built"
+    assert Path(where).parent == cpu_kernels.kernels_directory() and Path(where).is_file()
+    assert what_for.startswith("What they are for: trials on CPUs compute LSTM, mLSTM and RLSTM layers")
+    assert re.fullmatch(r"C\+\+ kernels for recurrent layers on CPUs: (already built|built in \d+\.\d s)",
+                        first.stdout.splitlines()[0])

@@ -75,14 +75,23 @@ kernels_app = command_group(help="The C++ kernels for recurrent layers on CPUs."
 
 @kernels_app.command("build")
 def kernels_build() -> None:
-    """Build the C++ kernels now and print where they are (else a study builds them, about 20 s, before its first
-    trial on a CPU). Exit status 1 where they cannot be built: trials on CPUs then take the PyTorch operations."""
+    """Build the C++ kernels now (else a study builds them, about 20 s, before its first trial on a CPU) and say
+    where they are and what they serve. Exit status 1 where they cannot be built: trials on CPUs then take the
+    PyTorch operations."""
+    import time
+
     from lm_tuner.models import cpu_kernels
 
     directory = cpu_kernels.kernels_directory()
+    built_before, started = cpu_kernels.is_built(directory), time.perf_counter()
     try:
         module = cpu_kernels.load_or_build(directory)
     except Exception as error:  # no compiler, headers or ninja: several exception types
         fail(f"the C++ kernels could not be built in {directory} ({error}); recurrent layers on CPUs take the "
               f"slower PyTorch operations", 1)
-    console.print(module.__file__)
+    done = "already built" if built_before else f"built in {time.perf_counter() - started:.1f} s"
+    typer.echo(f"C++ kernels for recurrent layers on CPUs: {done}\n{module.__file__}\n"
+               f"What they are for: trials on CPUs compute LSTM, mLSTM and RLSTM layers (with or without a mogrifier) "
+               f"with them, instead of the slower PyTorch operations. Every study and checkout with the same kernel "
+               f"source, compiler and torch uses this build ($TORCH_EXTENSIONS_DIR, by default "
+               f"~/.cache/torch_extensions).")
