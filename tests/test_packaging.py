@@ -97,3 +97,24 @@ def test_compose_services_are_wired_together():
     assert set(compose["volumes"]) == {"postgres", "artifacts", "triton-cache"}
     worker = services["ray-gpu-worker"]  # its own environment and volumes, on top of the shared ones
     assert "triton-cache:" + worker["environment"]["TRITON_CACHE_DIR"] in worker["volumes"]
+
+
+def test_setup_says_what_each_step_does_before_it_starts(tmp_path):
+    """pip runs quietly and the installs take a minute or more: `make setup` names each step first (a dry run here:
+    nothing is installed)."""
+    dry = subprocess.run(["make", "-n", "-B", f"VENV={tmp_path / 'venv'}", "setup"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+
+    def first(text: str) -> int:
+        return next(number for number, line in enumerate(lines) if text in line)
+
+    steps = [("setup 1/4: a virtual environment in", "-m venv"),
+             ("setup 2/4: installing torch 2.13.0, ", 'pip install --quiet "torch==2.13.0"'),
+             ("setup 3/4: installing lm-tuner and its dependencies", 'pip install --quiet -e ".[test]"'),
+             ("setup 4/4: building the C++ kernels for recurrent layers on CPUs", "tuner kernels build")]
+    said = [(first(announced), first(command)) for announced, command in steps]
+    assert all(announced < command for announced, command in said), dry.stdout
+    assert [announced for announced, _ in said] == sorted(announced for announced, _ in said)
+    assert "setup done: " in lines[-1]
