@@ -127,7 +127,8 @@ SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("Top level", StudySpec, ""),
     ("`dataset` with `name`: a registered dataset", RegisteredDatasetConfig,
      "Downloaded once into the cache (`$LM_TUNER_DATA`) with its checksums verified; "
-     "`tuner data fetch NAME` fetches ahead of time."),
+     "`tuner data fetch NAME` fetches ahead of time, and `tuner data fetch NAME --from ARCHIVE_OR_DIR` imports a copy "
+     "downloaded elsewhere (the archive, or its files laid flat or in the archive's folders), verified the same way."),
     ("`dataset` with `path`: local files", LocalDatasetConfig,
      "Files laid out like the registered dataset of `format` (see Dataset formats below); a folder with a "
      "`SHA256SUMS` file is verified against it. `tuner data check DIR --format FORMAT` reads a folder as a study "
