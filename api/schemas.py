@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from lm_tuner.tuner.run.sensitivity import POINTS, SEEDS
+from lm_tuner.tuner.spec.plan import StudyCost
 from lm_tuner.tuner.store import BaselineOut, StudyOut, TrialOut, TurnRecord
 
 
@@ -98,6 +99,9 @@ class SubmittedOut(BaseModel):
     url: str
     warnings: list[str] = Field(default_factory=list, description="what `tuner plan` warns about this study (without "
                                                                   "its time probe); the study is queued all the same")
+    cost: StudyCost | None = Field(None, description="what the study needs, in GPU-hours or core-hours and in time on "
+                                                     "this server's machine, from a FLOP count (as `tuner launch` "
+                                                     "prints it); null where the data's sizes are unknown here")
 
 
 class SpecIssueOut(BaseModel):

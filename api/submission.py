@@ -17,12 +17,13 @@ from lm_tuner.api.schemas import (
     SpecIssueOut,
     SubmittedOut,
 )
-from lm_tuner.api.submission_checks import data_checks
+from lm_tuner.api.submission_checks import data_checks, submission_cost
 from lm_tuner.tuner.analysis.study_facts import unigram_baseline
 from lm_tuner.tuner.run.controller import StudyConflict, refuse_mismatched_artifacts
 from lm_tuner.tuner.run.queue import submit_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import MAX_SPEC_BYTES, SpecError, SpecIssue, StudySpec, parse_spec
+from lm_tuner.tuner.spec.plan import StudyCost
 
 router = APIRouter()
 SPEC_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json")
@@ -62,13 +63,13 @@ async def queue_study(config: Settings, body: bytes, source: str, access: DataAc
     """Validate a spec document against its data and queue its study, with the plan's warnings; SpecError names
     `source` (also for data that cannot be read), 409 for a taken name or files of an earlier study of that name in
     the artifact store, 401 or 403 for data the request may not make this server read."""
-    spec, document, warnings, unigram = await run_in_threadpool(_submitted_spec, body, source, access)
+    spec, document, warnings, unigram, cost = await run_in_threadpool(_submitted_spec, body, source, access)
     try:
         await run_in_threadpool(refuse_mismatched_artifacts, config.storage_url, spec.name, config.artifact_root)
         await run_in_threadpool(submit_study, config.storage_url, spec, document, unigram_perplexity=unigram)
     except StudyConflict as error:
         raise HTTPException(status.HTTP_409_CONFLICT, str(error)) from error
-    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}", warnings=warnings)
+    return SubmittedOut(name=spec.name, status="queued", url=f"/studies/{spec.name}", warnings=warnings, cost=cost)
 
 
 def spec_errors(error: SpecError) -> JSONResponse:
@@ -78,17 +79,19 @@ def spec_errors(error: SpecError) -> JSONResponse:
                         content={"detail": [issue.model_dump() for issue in issues]})
 
 
-def _submitted_spec(body: bytes, source: str, access: DataAccess) -> tuple[StudySpec, str, list[str], float | None]:
-    """The spec of a request body, its text, the plan's warnings and the unigram perplexity of its data (None where
-    this server has not read the data), or SpecError (with what a queued study would certainly fail on). Run in the
-    thread pool: however the body is made, and however long its data takes to read, the event loop keeps
+def _submitted_spec(body: bytes, source: str, access: DataAccess
+                    ) -> tuple[StudySpec, str, list[str], float | None, StudyCost | None]:
+    """The spec of a request body, its text, the plan's warnings, the unigram perplexity of its data (None where
+    this server has not read the data) and its cost, or SpecError (with what a queued study would certainly fail on).
+    Run in the thread pool: however the body is made, and however long its data takes to read, the event loop keeps
     answering."""
     spec, document = parsed_spec(body, source)
     access.check(spec)
     issues, warnings = data_checks(spec)
     if issues:
         raise SpecError(issues, source)
-    return spec, document, warnings, unigram_baseline(spec.model_dump(mode="json")).perplexity  # the data is cached
+    unigram = unigram_baseline(spec.model_dump(mode="json")).perplexity  # the data is cached
+    return spec, document, warnings, unigram, submission_cost(spec)
 
 
 def parsed_spec(body: bytes, source: str) -> tuple[StudySpec, str]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from lm_tuner.trainers import RegisteredDatasetConfig, registered
 from lm_tuner.trainers.datasets import known_vocabulary_size
 from lm_tuner.trainers.registry import how_to_get, is_fetched
-from lm_tuner.tuner.run.probe import DatasetUnavailable, data_warnings, vocabulary_size
+from lm_tuner.tuner.run.probe import DatasetUnavailable, corpus_size, data_warnings, this_machine, vocabulary_size
 from lm_tuner.tuner.spec import SpecIssue, StudySpec
+from lm_tuner.tuner.spec.cost import with_counted_cost
+from lm_tuner.tuner.spec.estimate import known_corpus_size
 from lm_tuner.tuner.spec.feasibility import budget_issues, submission_issues, task_issues
-from lm_tuner.tuner.spec.plan import study_warnings
+from lm_tuner.tuner.spec.plan import StudyCost, plan_study, study_warnings
 
 
 def data_checks(spec: StudySpec) -> tuple[list[SpecIssue], list[str]]:
@@ -33,6 +35,17 @@ def data_checks(spec: StudySpec) -> tuple[list[SpecIssue], list[str]]:
     if undownloaded is not None:  # its vocabulary is known without the files: the shapes are checked
         return [], [*study_warnings(spec, vocab_size), _not_downloaded(undownloaded, checked=True)]
     return [], [*study_warnings(spec, vocab_size), *data_warnings(spec)]
+
+
+def submission_cost(spec: StudySpec) -> StudyCost | None:
+    """What the study costs, from a FLOP count (as `tuner launch` prints it), on this server's machine; None where its
+    corpus's sizes are unknown here (a registered dataset other than PTB, not downloaded). Call it once data_checks
+    found nothing to refuse: it reads the data that call read (cached)."""
+    size = known_corpus_size(spec.dataset)
+    if size is None and _undownloaded_name(spec) is not None:
+        return None
+    size = size or corpus_size(spec)
+    return with_counted_cost(spec, plan_study(spec, size.vocab_size), size, this_machine()).cost
 
 
 def _undownloaded_name(spec: StudySpec) -> str | None:
