@@ -22,6 +22,7 @@ FORM_COOKIE = "lmt_form"  # the sign-in form's seed while no session cookie exis
 FORM_FIELD = "csrf_token"  # in the dashboard's HTML forms
 FORM_HEADER = "X-CSRF-Token"  # on the dashboard scripts' requests
 FORM_COOKIE_SECONDS = 30 * 24 * 3600
+NEW_SEED = "new_form_seed"  # in a request's state: the form cookie a page made, for the guard to set
 _PURPOSE = b"lm-tuner dashboard form token"
 
 
@@ -34,15 +35,15 @@ def seed_of(cookies: Mapping[str, str]) -> str | None:
     return cookies.get(SESSION_COOKIE) or cookies.get(FORM_COOKIE)
 
 
-def new_seed() -> str:
-    return secrets.token_urlsafe(32)
-
-
 def token_matches(given: str | None, seed: str | None) -> bool:
     return given is not None and seed is not None and hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
                                                                           form_token(seed).encode())
 
 
 def page_token(request: Request) -> str:
-    """The form token a page rendered for this request carries (the guard chose its seed: api/guard.py)."""
-    return form_token(request.state.form_seed)
+    """The form token of a page rendered for this request: bound to its sign-in cookie or form cookie, else to a
+    new form cookie, which the guard gives the response (api/guard.py)."""
+    seed = seed_of(request.cookies)
+    if seed is None:
+        seed = request.scope.setdefault("state", {}).setdefault(NEW_SEED, secrets.token_urlsafe(32))
+    return form_token(seed)

@@ -28,7 +28,7 @@ from lm_tuner.api.csrf import (
     FORM_COOKIE_SECONDS,
     FORM_FIELD,
     FORM_HEADER,
-    new_seed,
+    NEW_SEED,
     seed_of,
     token_matches,
 )
@@ -71,7 +71,6 @@ class RequestGuard:
             return
         cookies = cookie_parser(headers.get("cookie", ""))
         seed = seed_of(cookies)
-        scope.setdefault("state", {})["form_seed"] = seed or new_seed()
         if scope["method"] not in SAFE_METHODS:
             is_form = scope["path"] in FORM_PATHS
             answer = (_cross_site(scope, headers) or _content_type(scope, headers, is_form)
@@ -81,8 +80,8 @@ class RequestGuard:
             if answer is not None:
                 await _refuse(*answer, scope, receive, send)
                 return
-        if seed is None:
-            send = _setting_form_cookie(send, scope["state"]["form_seed"], secure=scope["scheme"] == "https")
+        if seed is None:  # a page rendered for this request may bind its forms to a new form cookie
+            send = _setting_form_cookie(send, scope)
         await self.app(scope, receive, send)
 
 
@@ -177,16 +176,15 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _setting_form_cookie(send: Send, seed: str, secure: bool) -> Send:
-    """`send` that gives an HTML page the form cookie its form tokens are bound to (api/csrf.py)."""
+def _setting_form_cookie(send: Send, scope: Scope) -> Send:
+    """`send` that gives the page the form cookie its form tokens were bound to, where it made one (api/csrf.py)."""
 
     async def sending(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = MutableHeaders(scope=message)
-            if headers.get("content-type", "").startswith("text/html"):
-                cookie = (f"{FORM_COOKIE}={seed}; Max-Age={FORM_COOKIE_SECONDS}; Path=/; HttpOnly; SameSite=Strict"
-                          + ("; Secure" if secure else ""))
-                headers.append("set-cookie", cookie)
+        seed = scope.get("state", {}).get(NEW_SEED)
+        if message["type"] == "http.response.start" and seed is not None:
+            cookie = (f"{FORM_COOKIE}={seed}; Max-Age={FORM_COOKIE_SECONDS}; Path=/; HttpOnly; SameSite=Strict"
+                      + ("; Secure" if scope["scheme"] == "https" else ""))
+            MutableHeaders(scope=message).append("set-cookie", cookie)
         await send(message)
 
     return sending
