@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from lm_tuner.trainers import RegisteredDatasetConfig
+from lm_tuner.trainers.cache_install import staging_folder
 from lm_tuner.trainers.checksums import CHECKSUMS, read_checksums
 from lm_tuner.trainers.files import CACHE_VARIABLE, sha256_of
 from lm_tuner.trainers.offline_copy import import_dataset
@@ -220,3 +221,17 @@ def test_a_dataset_with_nothing_pinned_is_recorded_at_import(tmp_path, cache):
     folder = import_dataset(tiny_dataset(tmp_path), source, cache)
     assert read_checksums(folder / CHECKSUMS) == {name: sha256_of(source / name) for name in PTB_FILES}
     assert sorted(path.name for path in folder.iterdir()) == sorted([*PTB_FILES, CHECKSUMS])
+
+
+def test_a_fetch_runs_while_another_of_the_same_dataset_is_under_way_in_this_process(tmp_path, cache):
+    """The API plans in a thread pool: two requests may fetch one dataset at once, each in a staging folder of its
+    own."""
+    source = tmp_path / "copy"
+    source.mkdir()
+    for name in PTB_FILES:
+        (source / name).write_text(f"{name} words\n")
+    dataset = tiny_dataset(tmp_path)
+    with staging_folder(cache / "tiny"):  # another thread's, under way
+        folder = import_dataset(dataset, source, cache)
+    assert is_fetched(dataset, cache) and folder == cache / "tiny"
+    assert sorted(path.name for path in cache.iterdir()) == ["tiny"]

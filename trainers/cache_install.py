@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,9 +32,11 @@ def staging_folder(folder: Path) -> Iterator[Path]:
     """A new, empty folder beside `folder`, removed when the block ends; on an error, so are the folders above it
     that were made for it and are still empty. UnwritableCache where it cannot be made."""
     made = [parent for parent in (folder.parent, *folder.parent.parents) if not parent.exists()]
-    staging = folder.parent / f".{folder.name}.{os.getpid()}.partial"
     try:
-        staging.mkdir(parents=True)
+        if made:
+            folder.parent.mkdir(parents=True)
+        # a name of its own: two threads of one process (the API's) may fetch the same dataset at once
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
     except OSError as error:
         raise UnwritableCache(error.errno, error.strerror, str(folder)) from error
     try:
