@@ -110,8 +110,8 @@ def _print_families(study: StudyView, tallies, best: dict[str, TrialView | None]
         table.add_row(*row)
     console.print(unclipped(table))
     if interrupted:
-        console.print("interrupted: stopped with their controller or by a cancel; counted in no outcome, they run again "
-                      "when the study continues", style="dim", markup=False)
+        console.print("interrupted: stopped with their controller or by a cancel; counted in no outcome, they run "
+                      "again when the study continues", style="dim", markup=False)
     if subset:
         console.print(f"tuning scores are on the first {label.removeprefix('subset of ')} of the validation set; "
                       f"(full): the whole set, scored after tuning for the best trials only", style="dim",
