@@ -241,9 +241,9 @@ def test_fetch_failure_says_how_to_get_the_files_by_hand(tmp_path: Path) -> None
                                 {"ptb.train.txt": "data/ptb.train.txt"}, "gone")
     with pytest.raises(RuntimeError) as failed:
         fetch_dataset(missing, tmp_path / "cache")
-    assert str(failed.value).startswith(f"dataset 'gone': could not download {missing.url} (No such file or directory); "
-                                        f"check the network, or to import a copy downloaded elsewhere, `tuner data "
-                                        f"fetch gone --cache-dir {tmp_path / 'cache'} --from gone.tgz`")
+    assert str(failed.value).startswith(f"dataset 'gone': could not download {missing.url} (No such file or "
+                                        f"directory); check the network, or to import a copy downloaded elsewhere, "
+                                        f"`tuner data fetch gone --cache-dir {tmp_path / 'cache'} --from gone.tgz`")
     assert "with DIR holding ptb.train.txt laid flat or in the archive's folders (data/)" in str(failed.value)
     assert not (tmp_path / "cache").exists()  # a failed fetch leaves nothing behind
 

@@ -23,8 +23,8 @@ from lm_tuner.trainers.registry import LAYOUTS, TEXT_LAYOUTS, Layout
 from lm_tuner.trainers.text import TOKENISATIONS
 from lm_tuner.tuner.spec.document import (
     MAX_SPEC_BYTES,
-    DynamicEvaluationStage,
     ComputeBudget,
+    DynamicEvaluationStage,
     EarlyStopping,
     Evaluation,
     Family,
