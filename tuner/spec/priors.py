@@ -11,6 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from lm_tuner.models import family as family_of
+from lm_tuner.models import family_names
+from lm_tuner.models.cells import CELLS, LSTMCell
 from lm_tuner.trainers import MarkovCorpusConfig, RegisteredDatasetConfig, ReverseCopyConfig
 from lm_tuner.tuner.spec.document import SearchRange, StudySpec
 from lm_tuner.tuner.spec.feasibility import reverse_copy_example_tokens
@@ -210,8 +213,17 @@ def study_task(spec: StudySpec) -> tuple[Task, str | None]:
 def reference_for(task: Task, family: str, parameter_budget: int) -> ReferenceConfiguration | None:
     """The task's configuration for the family nearest `parameter_budget` (by ratio); None where none is published."""
     published = [reference for reference in REFERENCE_CONFIGURATIONS
-                 if reference.task == task.name and reference.family == family]
+                 if reference.task == task.name and reference_family(reference) == family]
     return min(published, key=lambda reference: abs(math.log(reference.parameters / parameter_budget)), default=None)
+
+
+def reference_family(reference: ReferenceConfiguration) -> str | None:
+    """The registered family a reference configuration's model is: the capped LSTM cell, with a mogrifier where it
+    has rounds, in the project's own language model with skip wiring (the first such family registered)."""
+    cell = next(name for name, cell_class in CELLS.items() if cell_class is LSTMCell)
+    return next((name for name in family_names() if (registered := family_of(name)).cell == cell
+                 and registered.mogrifier == reference.mogrifier and registered.model is None
+                 and not registered.residual), None)
 
 
 def study_training(spec: StudySpec, family: str, task: Task) -> StudyTraining:
