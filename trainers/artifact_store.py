@@ -81,26 +81,58 @@ class StoredFile:
     size: int
 
 
+class StoreWriteError(OSError):
+    """A file could not be written to the artifact store, through no fault of what was written: the store is full,
+    read-only or not this process's to write (its errno says which). The message names the cause and the location,
+    e.g. "artifact store: no space left on device writing /data/artifacts/s/lstm/trial-00003/latest.pt"."""
+
+    def __init__(self, error: OSError, location: Location) -> None:
+        super().__init__(error.errno, error.strerror or str(error), str(location))
+
+    def __str__(self) -> str:
+        cause = os.strerror(self.errno).lower() if self.errno else self.strerror
+        return f"{STORE_FAULT}{cause} writing {self.filename}"
+
+
+STORE_FAULT = "artifact store: "
+"""How a StoreWriteError's message begins: a failure reason that the store caused, not the trial."""
+
+
 def write_atomically(location: Location, write: Callable[[Path], None]) -> StoredFile:
     """Call `write` with a local temporary path, then put what it wrote at `location` in one step, so that a
     process killed at any moment leaves the old file or the new one, never half of one: on disk a rename, in
     object storage a single upload of the finished file (an object appears only once its upload completes).
     Returns the file's hash and size, taken from the local file before it is put in place: an object need not be
-    downloaded again to know them."""
+    downloaded again to know them. A write the store refuses (full, read-only, not permitted) raises
+    StoreWriteError, naming the cause and the location; the file that was there stays, and no half-written
+    temporary file is left to fill the store further."""
     if not is_url(location):
         path = local_path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
-        write(temporary)
-        stored = _described(temporary)
-        os.replace(temporary, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(temporary)
+            stored = _described(temporary)
+            os.replace(temporary, path)
+        except BaseException as error:
+            with suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            if isinstance(error, OSError):
+                raise StoreWriteError(error, path) from error
+            raise
         return stored
     store, key = _store(location)
     with tempfile.TemporaryDirectory(prefix="lm-tuner-upload-") as folder:
         temporary = Path(folder) / Path(key).name
-        write(temporary)
+        try:
+            write(temporary)
+        except OSError as error:  # this machine's temporary folder, where the object is made before its upload
+            raise StoreWriteError(error, temporary) from error
         stored = _described(temporary)
-        store.put_file(str(temporary), key)
+        try:
+            store.put_file(str(temporary), key)
+        except OSError as error:
+            raise StoreWriteError(error, location) from error
     store.invalidate_cache(key)
     return stored
 

@@ -12,8 +12,10 @@ checkpoint, and loaded with `weights_only=True` so opening one never runs code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
 
@@ -44,7 +46,42 @@ def save_checkpoint(path: Location, model: LanguageModel, vocabulary: Vocabulary
     }
     if training_state is not None:
         payload["training_state"] = training_state
-    return artifact_store.write_atomically(path, lambda temporary: torch.save(payload, temporary))
+    return artifact_store.write_atomically(path, lambda temporary: _save(payload, temporary))
+
+
+def _save(payload: dict[str, Any], path: Path) -> None:
+    """torch.save into `path` through a Python file, so that a failed write says what happened: writing a path
+    itself, torch reports a full disk as "unexpected pos 64 vs 0", and the OSError raised by a write to a Python
+    file it holds back as the same RuntimeError."""
+    with path.open("wb") as handle:
+        writer = _FailureKeepingWriter(handle)
+        try:
+            torch.save(payload, writer)
+        except RuntimeError:
+            if writer.failure is None:
+                raise
+            raise writer.failure from None
+
+
+class _FailureKeepingWriter:
+    """A binary file's write and flush, keeping the first OSError either raised (torch.save's writer swallows it)."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self.failure: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        return self._kept(self._handle.write, data)
+
+    def flush(self) -> None:
+        self._kept(self._handle.flush)
+
+    def _kept(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as error:
+            self.failure = self.failure or error
+            raise
 
 
 def load_checkpoint(path: Location, device: str | torch.device = "cpu") -> Checkpoint:

@@ -31,7 +31,13 @@ from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
 from lm_tuner.tuner.spec.space import trial_seed
 from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
-from lm_tuner.tuner.store.ledger import record_interrupted, settled_trials
+from lm_tuner.tuner.store.ledger import (
+    complete_tuning_trials,
+    last_trial_id,
+    record_interrupted,
+    settled_trials,
+    store_faults,
+)
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested, release_unstarted_name
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
 from lm_tuner.tuner.store.optuna_names import optuna_studies_of, optuna_study_name
@@ -187,6 +193,7 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             record.unigram_perplexity = unigram_perplexity(corpus)
             record.artifact_root = recorded_form(settings.artifact_root)  # where `tuner best` finds checkpoints
         _fail_interrupted_trials(url, spec)
+        before = last_trial_id(url, spec.name)  # the trials of this run have higher ids
         if while_ray_starts is not None:
             connect_ray_while(settings, while_ray_starts)
         _step(url, spec, lambda: tune_families(spec, vocab_size, settings, callbacks), settings)
@@ -194,6 +201,8 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
                       for f in spec.families)
         if not missing and spec.reruns is not None:
             _step(url, spec, lambda: run_reruns(spec, vocab_size, settings, callbacks), settings)
+        faults = store_faults(url, spec.name, after=before)
+        missing = missing or len(faults)  # a rerun the store failed: evaluated once it has run again
         if not missing:  # turns scored a validation subset: the best checkpoints on the whole split
             _step(url, spec, lambda: run_full_validations(spec, settings), settings)
         if not missing and spec.evaluation is not None:
@@ -210,9 +219,17 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
         if not isinstance(error, KeyboardInterrupt):  # the caller records a stop: launch fails it, a worker requeues
             _finish(url, spec.name, "failed", f"{type(error).__name__}: {error}")
         raise
+    if faults:
+        _finish(url, spec.name, "failed", f"{len(faults)} trial(s) stopped: {faults[-1]}; once the store takes files "
+                                          f"again, `tuner resume {spec.name}` runs them")
+        return "failed"
     if missing:
         _finish(url, spec.name, "failed", f"stopped with {missing} trial(s) not run; launch the same spec again "
                                           f"to continue")
+        return "failed"
+    if not complete_tuning_trials(url, spec.name):
+        _finish(url, spec.name, "failed", f"no tuning trial completed: every one failed or was stopped early "
+                                          f"(`tuner status {spec.name}` shows why)")
         return "failed"
     _finish(url, spec.name, "complete", None)
     return "complete"

@@ -15,7 +15,7 @@ from ray.tune.schedulers import TrialScheduler
 from lm_tuner.tuner.run.cancellation import CancellationStopper
 from lm_tuner.tuner.run.interleaving import FamilyScheduler, FamilyShare, InterleavedSearcher
 from lm_tuner.tuner.run.recorder import StudyRecorder
-from lm_tuner.tuner.run.search import NewTrialHook, StudySearcher
+from lm_tuner.tuner.run.search import NewTrialHook, StoreFaults, StudySearcher
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store.engine import optuna_storage
 from lm_tuner.tuner.store.ledger import TrialLedger
@@ -60,7 +60,8 @@ def run_experiments(experiments: Sequence[Experiment], settings: Settings,
     _check_shared(experiments)
     first, url = experiments[0], settings.storage_url
     ledger = TrialLedger(url, first.study)
-    searcher = InterleavedSearcher([FamilyShare(e.family, _searcher(e, ledger, url), e.trials, e.settled)
+    store_faults = StoreFaults()
+    searcher = InterleavedSearcher([FamilyShare(e.family, _searcher(e, ledger, url, store_faults), e.trials, e.settled)
                                     for e in experiments])
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(first.trainable, job=first.job), first.resources),
@@ -83,7 +84,7 @@ def run_experiments(experiments: Sequence[Experiment], settings: Settings,
     tuner.fit()
 
 
-def _searcher(experiment: Experiment, ledger: TrialLedger, url: str) -> StudySearcher:
+def _searcher(experiment: Experiment, ledger: TrialLedger, url: str, store_faults: StoreFaults) -> StudySearcher:
     return StudySearcher(
         family=experiment.family,
         space=experiment.space,
@@ -93,6 +94,7 @@ def _searcher(experiment: Experiment, ledger: TrialLedger, url: str) -> StudySea
         on_new_trial=experiment.registrar,
         ledger=ledger,
         points_to_evaluate=experiment.points,
+        store_faults=store_faults,
     )
 
 

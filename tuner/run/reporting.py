@@ -8,3 +8,7 @@ TURN = "turn"
 
 FAILED = "failed"
 """Result key carrying the reason a configuration failed (a result with it is the trial's last)."""
+
+INFRASTRUCTURE = "infrastructure"
+"""Result key, True on a failure report whose cause is the machine, not the configuration (the artifact store
+refused a checkpoint: full, read-only): the trial is failed but not settled, and a resume runs it again."""

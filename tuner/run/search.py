@@ -4,7 +4,8 @@ Ray's OptunaSearch marks every trial that returned a metric COMPLETE — also on
 stopped early or that crashed after reporting. Here only a trial that ran all its turns is
 COMPLETE; one stopped early is PRUNED (its last value kept as the user attribute `last_value`);
 one that raised is FAIL and never feeds the sampler a number; one stopped because the study was
-cancelled is FAIL too, marked interrupted so that resuming the study runs it again.
+cancelled, or failed by the machine rather than its configuration (a full artifact store), is FAIL too, marked
+interrupted so that resuming the study runs it again.
 
 This is the one adapter of Ray Tune's private state: it reads OptunaSearch's `_ot_trials`, `_ot_study`, `_storage`
 and `_completed_trials` (supported: the `ray[tune]` range pinned in pyproject.toml; tests/test_private_internals.py
@@ -18,13 +19,23 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.run.reporting import FAILED, INFRASTRUCTURE, OBJECTIVE, TURN
 from lm_tuner.tuner.store.ledger import TrialLedger
 
 NewTrialHook = Callable[[int, int, dict[str, Any]], dict[str, Any]]
 """Called as (optuna_trial_id, number, params) when a trial is proposed; returns more config for it."""
+
+
+class StoreFaults:
+    """Shared by the searchers of one run: once the artifact store has failed a trial (full, read-only), none of
+    them proposes another, which would train up to its first checkpoint and fail the same way. Trials already
+    running end as they will."""
+
+    def __init__(self) -> None:
+        self.seen = False
 
 
 class StudySearcher(OptunaSearch):
@@ -39,6 +50,7 @@ class StudySearcher(OptunaSearch):
         on_new_trial: NewTrialHook,
         ledger: TrialLedger,
         points_to_evaluate: list[dict[str, Any]] | None = None,
+        store_faults: StoreFaults | None = None,
     ) -> None:
         super().__init__(space=space, metric=OBJECTIVE, mode="min", sampler=sampler, study_name=study_name,
                          storage=storage)
@@ -49,8 +61,11 @@ class StudySearcher(OptunaSearch):
         self._ledger = ledger
         self._reported_turns: dict[str, int] = {}
         self._optuna_study_id = storage.get_study_id_from_name(study_name)
+        self._store_faults = store_faults or StoreFaults()
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self._store_faults.seen:
+            return Searcher.FINISHED
         params = super().suggest(trial_id)
         ot_trial = self._ot_trials[trial_id]
         number, optuna_trial_id = ot_trial.number, self._optuna_trial_id(ot_trial)
@@ -78,8 +93,10 @@ class StudySearcher(OptunaSearch):
             ot_trial.report(value, result[TURN])
         optuna_trial_id = self._optuna_trial_id(ot_trial)
         if error or (result and FAILED in result):
+            self._store_faults.seen = self._store_faults.seen or bool(result and result.get(INFRASTRUCTURE))
             self._ot_study.tell(ot_trial, state=TrialState.FAIL)
-            self._ledger.ended(optuna_trial_id, TrialState.FAIL, reason=result.get(FAILED) if result else None)
+            self._ledger.ended(optuna_trial_id, TrialState.FAIL, reason=result.get(FAILED) if result else None,
+                               interrupted=bool(result and result.get(INFRASTRUCTURE)))
         elif result and result.get("finished") and value is not None:
             self._ot_study.tell(ot_trial, value, state=TrialState.COMPLETE)
             self._ledger.ended(optuna_trial_id, TrialState.COMPLETE, value)

@@ -13,7 +13,7 @@ from ray import tune
 
 from lm_tuner.trainers import Corpus, TrainingDiverged, TurnReport, artifact_store, load_corpus, train
 from lm_tuner.trainers.heap import keep_freed_memory
-from lm_tuner.tuner.run.reporting import FAILED, OBJECTIVE, TURN
+from lm_tuner.tuner.run.reporting import FAILED, INFRASTRUCTURE, OBJECTIVE, TURN
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.space import TrialSetup, trial_setup
 
@@ -87,6 +87,10 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
         # Ray requires the metric in every result: +inf (worst) keeps schedulers' rungs honest, and the
         # searcher never tells Optuna a number for a failed trial.
         tune.report({FAILED: f"{type(error).__name__}: {error}", OBJECTIVE: math.inf, TURN: 0})
+    except artifact_store.StoreWriteError as error:
+        # The store's fault, not the configuration's: reported (a traceback would tell no more than the message),
+        # not retried here (the store stays full), and run again when the study is resumed.
+        tune.report({FAILED: str(error), INFRASTRUCTURE: True, OBJECTIVE: math.inf, TURN: 0})
 
 
 def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSetup, corpus: Corpus,

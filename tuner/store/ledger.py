@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optuna.trial import TrialState
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from lm_tuner.trainers.artifact_store import STORE_FAULT
 from lm_tuner.tuner.store.engine import optuna_storage, sessions
 from lm_tuner.tuner.store.lifecycle import CANCELLED_REASON, cancel_requested
 from lm_tuner.tuner.store.optuna_internals import storage_trial_id
@@ -72,3 +73,25 @@ def settled_trials(url: str, optuna_name: str) -> int:
         interrupted = set(session.scalars(select(TrialRecord.trial_id).where(
             TrialRecord.trial_id.in_(finished), TrialRecord.interrupted)))
     return len(finished - interrupted)
+
+
+def last_trial_id(url: str, study: str) -> int:
+    """The highest trial id the study has (0 for none): trials made later have higher ids."""
+    with sessions(url)() as session:
+        return session.scalar(select(func.coalesce(func.max(TrialRecord.trial_id), 0))
+                              .where(TrialRecord.study_name == study))
+
+
+def store_faults(url: str, study: str, after: int = 0) -> list[str]:
+    """The failure reasons of the study's trials (ids above `after`) that the artifact store failed (full,
+    read-only): not settled, they run again when the study is resumed. Oldest first."""
+    with sessions(url)() as session:
+        return list(session.scalars(select(TrialRecord.fail_reason).where(
+            TrialRecord.study_name == study, TrialRecord.trial_id > after, TrialRecord.interrupted,
+            TrialRecord.fail_reason.startswith(STORE_FAULT, autoescape=True)).order_by(TrialRecord.trial_id)))
+
+
+def complete_tuning_trials(url: str, study: str) -> int:
+    with sessions(url)() as session:
+        return session.scalar(select(func.count()).select_from(TrialRecord).where(
+            TrialRecord.study_name == study, TrialRecord.stage == "tune", TrialRecord.state == "COMPLETE"))
