@@ -15,6 +15,7 @@ from lm_tuner.api.headers import SecurityHeaders
 from lm_tuner.api.hosts import normalised_hosts
 from lm_tuner.api.openapi import document_access
 from lm_tuner.api.params import BAD_URL, RefuseControlCharacters, answer_validation_error
+from lm_tuner.api.storage_errors import answer_storage_errors
 from lm_tuner.api.tuning_curves import router as tuning_curves_router
 from lm_tuner.tuner.lifetime import freeze_loaded_objects
 from lm_tuner.tuner.settings import Settings
@@ -50,6 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(SignInRequired, sign_in.send_to_sign_in)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, answer_validation_error)
+    answer_storage_errors(app)  # 503 for a SQLite file gone, 507 for a full disk: never a bare 500
     document_access(app, private_reads=settings.private_reads)
     freeze_loaded_objects()  # what is loaded by now lives as long as the process; requests wait on no scan of it
     return app

@@ -6,6 +6,7 @@
 - `ledger`: each trial's state and value, written beside Optuna's at every transition.
 - `lifecycle`: cancel a study, put it back in the queue, delete it with its artifacts.
 - `claims`: who runs a study changes by compare and set, so that of two processes claiming it one wins.
+- `file_identity`: a SQLite file deleted or replaced under a running process is refused, not written to.
 - `tokens`: API bearer tokens and whether the API needs them.
 - `studies`, `trials`: the read models of studies and trials, queried in SQL; `views`: those read models, plain
   frozen data; `documents`: the same as JSON documents, what `tuner status --json` prints and the REST API returns.

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from lm_tuner.tuner.settings import PrivateUrl
+from lm_tuner.tuner.store.file_identity import watch_file_identity
 
 P = ParamSpec("P")
 
@@ -70,6 +71,9 @@ def engine_for(url: str) -> Engine:
 def _configured(engine: Engine, url: str) -> Engine:
     if _is_sqlite(url):
         event.listen(engine, "connect", _sqlite_pragmas)
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            watch_file_identity(engine, Path(database).absolute())
     return engine
 
 
