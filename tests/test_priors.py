@@ -247,3 +247,12 @@ def test_the_priors_come_after_the_specs_own_initial_points():
 def test_every_shipped_space_starts_from_the_priors():
     for path in sorted(SPACES.glob("*.yaml")):
         assert load_spec(path).tuning.priors, path.name
+
+
+def test_under_a_compute_budget_the_training_is_the_top_rungs():
+    budgeted = {**TINY_SPEC, "training": {"steps_per_turn": 4, "batch_size": 8, "bptt": 10, "eval_batch_size": 4},
+                "tuning": {"sampler": "gp", "concurrency": 2}}
+    small, large = (study_training(parse_spec({**budgeted, "compute_budget": {"core_hours": hours}}), "lstm",
+                                   TASKS["ptb"]) for hours in (0.01, 0.02))
+    assert small.said.startswith("the top rung's ") and "(compute_budget, at the speed measured on " in small.said
+    assert large.passes == pytest.approx(2 * small.passes, rel=0.01)  # twice the budget: twice the top rung

@@ -108,7 +108,11 @@ def family_prior(spec: StudySpec, family: str) -> FamilyPrior:
     if reference is None:
         return FamilyPrior(family=family, stands_in=stands_in,
                            none_because=f"{LAMB} publishes no {family} configuration for {task.title}")
-    training = study_training(spec, family, task)
+    try:
+        training = study_training(spec, family, task)
+    except ValueError as error:  # a compute budget too small for its rungs: the plan and the launch say so too
+        return FamilyPrior(family=family, reference=reference.title, source=reference.source, stands_in=stands_in,
+                           none_because=f"how far its trials train is not known: {error}")
     reference_passes = reference.training_tokens / task.train_tokens
     scale = regularisation_scale(training.passes, spec.parameter_budget, reference_passes, reference.parameters)
     scaled = scaled_values(mapped_values(reference), scale, spec.parameter_budget / reference.parameters)
@@ -232,7 +236,9 @@ def study_training(spec: StudySpec, family: str, task: Task) -> StudyTraining:
     if schedule.budget_epochs is not None:
         return StudyTraining(schedule.budget_epochs, f"{schedule.budget_epochs:g} passes (training.budget_epochs)")
     corpus, corpus_said = _training_split(spec, task)
-    if schedule.budget_seconds is not None:
+    if spec.compute_budget is not None:
+        tokens, how = _tokens_at_the_top_rung(spec, family)
+    elif schedule.budget_seconds is not None:
         tokens, how = _tokens_in_seconds(spec, family)
     else:
         steps = schedule.budget_steps or schedule.turns * schedule.steps_per_turn
@@ -247,17 +253,43 @@ passes (tuner/spec/throughput.py's rates are in those FLOPs)."""
 
 
 def _tokens_in_seconds(spec: StudySpec, family: str) -> tuple[float, str]:
-    """Tokens a trial trains on in `budget_seconds` at the speed measured on the slowest CPU kind (or the default
-    GPU) the benchmarks measured, so that the estimate is the same wherever it is made."""
-    schedule, resources = spec.training, spec.resources
+    """Tokens a trial trains on in `budget_seconds` at the counted speed (`_counted_step_seconds`)."""
+    schedule = spec.training
+    step, devices, machine = _counted_step_seconds(spec, family)
+    wall = schedule.budget_seconds / (devices if spec.resources.gpus_per_trial == 0 and schedule.clock == "process"
+                                      else 1)
+    tokens = wall / step * schedule.batch_size * schedule.bptt
+    return tokens, f"about {tokens:,.0f} tokens in {schedule.budget_seconds:g} s at the speed measured on {machine}"
+
+
+def _tokens_at_the_top_rung(spec: StudySpec, family: str) -> tuple[float, str]:
+    """Tokens a finalist trains on: the top rung of the study's compute budget split among its families
+    (tuner.spec.budget_plan) at the counted speeds. The plan stored when the study first runs comes from measured
+    speeds, so its rungs can differ."""
+    from lm_tuner.tuner.spec.budget_plan import FamilySpeed, plan_budget  # it imports the plan, which imports this
+
+    speeds, machine = [], ""
+    for name in spec.families:
+        step, devices, machine = _counted_step_seconds(spec, name)
+        speeds.append(FamilySpeed(name, step_wall=step, step_device=step * devices, evaluation_wall=0.0,
+                                  evaluation_device=0.0))
+    top = plan_budget(spec, speeds, spec.tuning.concurrency).family(family).rungs[-1]
+    return top.tokens, (f"the top rung's {top.steps:,} steps of {spec.training.batch_size} x {spec.training.bptt} "
+                        f"tokens (compute_budget, at the speed measured on {machine})")
+
+
+def _counted_step_seconds(spec: StudySpec, family: str) -> tuple[float, float, str]:
+    """Wall seconds of one training step, the devices a trial holds (cores or GPUs) and the machine, at the speed the
+    benchmarks measured for the family on the slowest CPU kind (or the default GPU), at TRAINING_FLOPS_PER_PARAMETER:
+    the same wherever it is worked out, so the plan, the launch and the status agree. Evaluations are not counted."""
+    resources = spec.resources
     device = "gpu" if resources.gpus_per_trial > 0 else "cpu"
     threads = max(1, int(resources.cpus_per_trial))
     throughput = measured_throughput([family], device=device, threads=threads, cpu_kind=None, gpu_name=None,
                                      character_level=spec.character_level)
-    wall = schedule.budget_seconds / (threads if device == "cpu" and schedule.clock == "process" else 1)
-    tokens = wall * throughput.flops_per_second[family] / (TRAINING_FLOPS_PER_PARAMETER * spec.parameter_budget)
-    return tokens, (f"about {tokens:,.0f} tokens in {schedule.budget_seconds:g} s at the speed measured on "
-                    f"{throughput.machine}")
+    flops = spec.training.batch_size * spec.training.bptt * TRAINING_FLOPS_PER_PARAMETER * spec.parameter_budget
+    devices = resources.gpus_per_trial if device == "gpu" else threads
+    return flops / throughput.flops_per_second[family], devices, throughput.machine
 
 
 def _training_split(spec: StudySpec, task: Task) -> tuple[int, str]:
