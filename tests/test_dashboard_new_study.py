@@ -85,7 +85,7 @@ def test_write_plan_submit_cancel_and_resume_a_study(browser, served, api):  # n
     tab.click("a#new-study")
     tab.wait_for_url(f"{base_url}/dashboard/studies/new")
     tab.select_option("#space", SPACE)
-    tab.wait_for_function(f"document.body.dataset.space === '{SPACE}'")
+    tab.wait_for_function(f"() => document.body.dataset.space === '{SPACE}'")
     editor = "document.querySelector('.CodeMirror').CodeMirror"
     assert tab.evaluate(f"{editor}.getValue()") == shipped_space(SPACE).text
     tab.wait_for_selector("#issues[data-state=valid]")
@@ -122,6 +122,8 @@ def test_write_plan_submit_cancel_and_resume_a_study(browser, served, api):  # n
     assert f"hidden size min / median / max\t{hidden['min']:,} / {hidden['median']:,} / {hidden['max']:,}" in table
     assert f"total parameters\t{family['parameters']['total']:,}" in table and "time per trial" in table
     assert tab.locator("#plan-estimate").inner_text().startswith("study: 3 runs, about ")
+    cost = tab.locator("#plan-cost").inner_text()  # the whole study, timed by the probe on this server
+    assert cost.startswith("cost: about ") and " core-hours: " in cost and cost.endswith("(timed here by the probe)")
     shown = tab.locator("#plan-warnings li").all_inner_texts()  # the probe may add one: evaluation's share
     assert {f"warning: {w}" for w in planned["warnings"]} <= set(shown)
     assert api.get("/studies").json()["total"] == 0  # planning created nothing

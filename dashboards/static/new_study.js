@@ -89,11 +89,14 @@ async function checkSpec(text, updateLinting, _options, editor) {
   updateLinting(annotations(editor, issues));
 }
 
-function duration(seconds) {  // as `tuner plan` prints it (tuner/cli/plan.py)
+function duration(seconds) {  // as `tuner plan` prints it (duration in tuner/spec/cost.py)
+  const day = 86400;
   if (seconds < 60) return seconds < 10 ? `${seconds.toFixed(1)} s` : `${seconds.toFixed(0)} s`;
   if (seconds < 3600) return `${(seconds / 60).toFixed(0)} min`;
-  if (seconds < 2 * 86400) return `${(seconds / 3600).toFixed(1)} h`;
-  return `${Math.round(seconds / 86400).toLocaleString("en-US")} days`;
+  if (seconds < 2 * day) return `${(seconds / 3600).toFixed(1)} h`;
+  if (seconds < 10 * day) return `${(seconds / day).toFixed(1)} days`;
+  if (seconds < 365 * day) return `${Math.round(seconds / day).toLocaleString("en-US")} days`;
+  return `${(seconds / day / 365).toLocaleString("en-US", {maximumFractionDigits: 1})} years`;
 }
 
 const count = n => n.toLocaleString("en-US");
@@ -136,6 +139,11 @@ function showPlan(plan) {
                        ` with ${e.parallel_trials} at a time on this server (${e.device}, ${e.threads} thread(s) per ` +
                        `trial; probe ${e.probe_seconds.toFixed(1)} s; not included: ${e.not_included.join(", ")})`));
   }
+  if (plan.cost) {  // the whole study's GPU-hours or core-hours, from the probe or a FLOP count: over a day stands out
+    parts.push(element("p", {id: "plan-cost", class: plan.cost.over_a_day ? "warning" : ""}, `cost: ${plan.cost.summary}`),
+               element("ul", {id: "plan-cost-notes"}, ...plan.cost.notes.map(note => element("li", {}, note))));
+  }
+  parts.push(element("ul", {id: "plan-notes"}, ...plan.notes.map(note => element("li", {}, `note: ${note}`))));
   parts.push(element("ul", {id: "plan-warnings"},
                      ...plan.warnings.map(w => element("li", {class: "warning"}, `warning: ${w}`))));
   document.getElementById("plan-output").replaceChildren(...parts);
