@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from lm_tuner.tuner.cli.common import JsonOutput, PlainTable, console, errors, refuse, refuse_spec
 
@@ -115,7 +116,8 @@ def _family_table(family: "FamilyPlan") -> PlainTable:
     if family.prior is not None:
         from lm_tuner.tuner.spec.priors import prior_line
 
-        table.add_row("starts from (tuning.priors)", prior_line(family.prior).removeprefix(f"{family.family}: "))
+        line = prior_line(family.prior).removeprefix(f"{family.family}: ")
+        table.add_row("starts from (tuning.priors)", Text(line, overflow="fold"))  # the source path whole
     if family.estimate is not None:
         estimate = family.estimate
         table.add_row("training step", f"{estimate.step_seconds * 1000:,.1f} ms")
