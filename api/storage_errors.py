@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 
-from lm_tuner.tuner.store.file_identity import DatabaseReplaced
+from lm_tuner.tuner.store import DatabaseReplaced
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 POSTGRES_DISK_FULL = "53100"  # SQLSTATE disk_full

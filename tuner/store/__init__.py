@@ -28,6 +28,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={  # e
     "views": ["StudyView", "TrialView", "Page", "TRIAL_STATES"],
     "progress": ["StudyProgress"],
     "lifecycle": ["StudyStateError"],
+    "file_identity": ["DatabaseReplaced"],
     "tokens": ["TokenError"],
     "schema": ["TrialRecord", "TurnRecord", "STUDY_STATUSES"],
     "studies": ["study_artifacts", "in_study_store"],
