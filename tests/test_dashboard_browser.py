@@ -101,16 +101,18 @@ def test_studies_page_shows_status_progress_best_and_filters(page, api):
     assert f"{shown['best_perplexity']:.3f} perplexity" in row.inner_text()
     assert shown["trials_finished"] == shown["trials_expected"] == 8  # 2 tuning, 4 reruns, 2 dynamic evaluation
     assert "lstm, mogrifier" in row.inner_text() and "8,000" in row.inner_text() and "8 / 8" in row.inner_text()
-    assert row.locator(".progress span").get_attribute("style") == "width: 100.0%"
+    assert row.locator("progress.progress").get_attribute("value") == "1.0"
     assert row.locator("a[href='/dashboard/studies/shown/comparison']").count() == 1  # a comparison
     assert "1 failed" in page.locator("tr[data-study=broken]").inner_text()
     page.select_option("form.filters select[name=family]", "mogrifier")
-    page.wait_for_function("document.querySelectorAll('#studies tbody tr').length === 1")
+    page.wait_for_function("() => document.querySelectorAll('#studies tbody tr').length === 1")
     assert page.locator("#studies tbody tr").get_attribute("data-study") == "shown"
 
 
 def test_study_page_plots_hold_the_study(page, api):
     open_page(page, "/dashboard/studies/shown")
+    # plotly.js's own rules come from its stylesheet (the page's policy forbids the <style> it would add)
+    assert page.evaluate("getComputedStyle(document.querySelector('#history .main-svg')).position") == "absolute"
     tuned = api.get("/studies/shown/trials", params={"stage": "tune"}).json()["items"]
     history = traces(page, "history")
     for trial in tuned:
@@ -145,14 +147,14 @@ def test_trial_table_sorts_and_filters_on_the_server_without_reloading(page, api
     rows = page.locator("#trials-table tbody tr").evaluate_all("rs => rs.map(r => Number(r.dataset.trial))")
     assert rows == [t["trial_id"] for t in ordered]
     page.select_option("form.filters select[name=stage]", "rerun")
-    page.wait_for_function("document.querySelectorAll('#trials-table tbody tr').length === 4")
+    page.wait_for_function("() => document.querySelectorAll('#trials-table tbody tr').length === 4")
     assert {text.split()[0] for text in page.locator("#trials-table tbody td:nth-child(4)").all_inner_texts()} == {
         "rerun"}
     box = page.locator("#trials-table input[data-curve]").first
     chosen = box.get_attribute("value")
     box.check()
-    page.wait_for_function(f"document.getElementById('curves').dataset.src.endsWith('trial_id={chosen}')")
-    page.wait_for_function("document.getElementById('curves').data.length >= 2 && "
+    page.wait_for_function(f"() => document.getElementById('curves').dataset.src.endsWith('trial_id={chosen}')")
+    page.wait_for_function("() => document.getElementById('curves').data.length >= 2 && "
                            "document.getElementById('curves').data[0].name.includes('(rerun)')")
     assert page.evaluate("window.stillHere") is True
 
@@ -216,7 +218,7 @@ def test_comparison_page_table_pareto_and_lineage(page, api):
     budget = traces(page, "budget-curves")
     assert any(name.startswith("lstm (") and "tokens per core-second" in name for name in budget)
     page.select_option("select[data-plot=pareto]", "gpu_seconds")
-    page.wait_for_function("document.getElementById('pareto').layout.xaxis.title.text.startsWith('GPU')")
+    page.wait_for_function("() => document.getElementById('pareto').layout.xaxis.title.text.startsWith('GPU')")
 
 
 def test_failed_trials_are_visible_and_distinguishable(page, api):
@@ -234,7 +236,7 @@ def test_pages_refresh_in_place_while_a_study_runs(page, server):
     try:
         open_page(page, "/dashboard/studies/shown?refresh=0.3")
         page.evaluate("window.stillHere = true")
-        page.wait_for_function("Number(document.getElementById('history').dataset.loads) >= 2")  # refreshed
+        page.wait_for_function("() => Number(document.getElementById('history').dataset.loads) >= 2")  # refreshed
         assert page.evaluate("document.body.dataset.live") == "true"
         set_status(settings, "shown", "complete")
         page.wait_for_selector("#facts [data-status=complete]")

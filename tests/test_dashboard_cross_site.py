@@ -81,7 +81,7 @@ def test_a_page_on_another_port_cannot_write_through_a_signed_in_dashboard(brows
         hostile.on("response", lambda r: answers.append((r.url.removeprefix(base_url), r.status))
                    if r.url.startswith(base_url) and r.request.method == "POST" else None)
         hostile.goto(f"{attacker_url}/attack.html")
-        hostile.wait_for_function("document.readyState === 'complete'")
+        hostile.wait_for_function("() => document.readyState === 'complete'")
         hostile.wait_for_timeout(2000)  # the form posts and the fetch are answered
         hostile.screenshot(path=_screenshot("attack"), full_page=True)
         assert sorted(answers) == [("/studies", 403), ("/studies", 403), ("/studies/attacked/cancel", 403)], answers
