@@ -113,10 +113,13 @@ DYNAMIC_EVALUATION_KINDS = {"max_time_steps": "int", "learning_rate": "float", "
 
 
 class Reruns(_Strict):
-    """The best configurations trained again with new seeds: families are compared on the means."""
+    """The best configurations trained again with new seeds: families are compared on the means, and a winner is named
+    only where the seeds separate it from the runner-up (the 95% interval of the difference excludes 0)."""
 
     top: int = Field(1, ge=1, description="best configurations of each family to train again")
-    seeds: int = Field(3, ge=1, le=1000, description="new seeds for each of them")
+    seeds: int = Field(3, ge=1, le=1000, description="new seeds for each of them; an interval of the difference "
+                                                     "between two families needs 2 or more of each (the shipped "
+                                                     "comparisons use 3 or more)")
 
 
 def _dropout_multipliers(value: Any) -> float | list[float]:
