@@ -28,7 +28,8 @@ from lm_tuner.tuner.run import controller
 from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec, parse_spec
-from lm_tuner.tuner.store.engine import optuna_storage, sessions
+from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
+from lm_tuner.tuner.store.file_identity import DatabaseReplaced
 from lm_tuner.tuner.store.ledger import record_end, settled_trials
 from lm_tuner.tuner.store.optuna_names import optuna_study_name
 from lm_tuner.tuner.store.schema import TrialRecord
@@ -194,3 +195,17 @@ def test_trials_the_store_failed_are_not_settled_and_a_resume_runs_them(no_ray, 
     launch_study(parse_spec(document), document, settings)  # the resume: the store's trials run again
 
     assert settled_trials(storage_url, "tiny/lstm") == settled_trials(storage_url, "tiny/mogrifier") == 1
+
+
+def test_a_database_file_deleted_under_a_process_is_neither_read_nor_written(sqlite_url, tmp_path):
+    ensure_schema(sqlite_url)
+    storage = optuna_storage(sqlite_url)
+    assert storage.get_all_studies() == [] and Storage(sqlite_url).study("tiny") is None
+    (tmp_path / "tuner.db").unlink()
+
+    for use in (storage.get_all_studies, lambda: Storage(sqlite_url).study("tiny"),
+                lambda: optuna.create_study(study_name="tiny/lstm", storage=storage)):
+        with pytest.raises(DatabaseReplaced, match=f"^database: {tmp_path / 'tuner.db'} was deleted after this "
+                                                   f"process opened it; nothing more is written"):
+            use()
+    assert not (tmp_path / "tuner.db").exists()  # no new, empty database in its place

@@ -71,10 +71,15 @@ def engine_for(url: str) -> Engine:
 def _configured(engine: Engine, url: str) -> Engine:
     if _is_sqlite(url):
         event.listen(engine, "connect", _sqlite_pragmas)
-        database = make_url(url).database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            watch_file_identity(engine, Path(database).absolute())
+        _watch_sqlite_file(engine, url)
     return engine
+
+
+def _watch_sqlite_file(engine: Engine, url: str) -> None:
+    """A SQLite file deleted or replaced under this process raises DatabaseReplaced from `engine` (file_identity)."""
+    database = make_url(url).database
+    if _is_sqlite(url) and database and database != ":memory:" and not database.startswith("file:"):
+        watch_file_identity(engine, Path(database).absolute())
 
 
 def _sqlite_pragmas(connection, _record) -> None:
@@ -120,6 +125,7 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's storage on the same database; creating it also creates Optuna's tables."""
     url = normalize_url(url)
     storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    _watch_sqlite_file(storage.engine, url)
     storage.url = PrivateUrl(storage.url)  # unpickled, it reconnects from it; Ray pickles it to disk: no password
     return storage
 
