@@ -12,11 +12,13 @@ from datetime import timedelta
 import httpx
 import pandas as pd
 import pytest
+from sqlalchemy import delete
 
 from lm_tuner.dashboards import budget_curves_figure, pareto_figure
+from lm_tuner.tuner.analysis import compute_account
 from lm_tuner.tuner.analysis.budget_sentences import amount
 from lm_tuner.tuner.analysis.comparison import comparison
-from lm_tuner.tuner.analysis.compute_account import TurnRow, account_of, compute_unit
+from lm_tuner.tuner.analysis.compute_account import Spend, compute_unit, study_account
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.store.engine import sessions
 from lm_tuner.tuner.store.schema import TrialRecord, TurnRecord, utcnow
@@ -38,7 +40,8 @@ PER_MODEL = {"lstm": (2000, 2.0), "mogrifier": (2000, 4.0)}  # tokens and core-s
 
 def tuned(url: str, study: str, turns: dict[str, list[tuple]] = TURNS) -> dict[str, list[int]]:
     """The families' tuning trials, complete, with their turns recorded one second apart (families interleaved)."""
-    ids = {family: [trial(url, study, family, "COMPLETE", min(t[3] for t in rows if t[0] == number))
+    ids = {family: [trial(url, study, family, "COMPLETE",
+                          min((t[3] for t in rows if t[0] == number and math.isfinite(t[3])), default=None))
                     for number in sorted({t[0] for t in rows})] for family, rows in turns.items()}
     start = utcnow() - timedelta(hours=1)
     with sessions(url).begin() as session:
@@ -213,34 +216,55 @@ def budget_row(text: str, family: str) -> list[str]:
     return row(text.split("tuning at equal budgets")[1], family)[1:]
 
 
-def rows_of(family: str, *turns: tuple) -> list[TurnRow]:
-    start = utcnow()
-    return [TurnRow(family, trial_id, turn, tokens, seconds, start + timedelta(seconds=at), loss)
-            for at, trial_id, turn, tokens, seconds, loss in turns]
-
-
-def test_a_family_is_credited_up_to_five_percent_beyond_the_least_spend():
-    lean = rows_of("lstm", (0, 1, 1, 1000, 1.0, 3.0), (2, 1, 2, 2000, 2.0, 2.0))
-    within = rows_of("mogrifier", (1, 2, 1, 1000, 1.0, 2.9), (3, 2, 2, 2040, 2.0, 1.5))  # 2% more tokens: whole
-    beyond = rows_of("rlstm", (1, 3, 1, 1000, 1.0, 2.9), (3, 3, 2, 2200, 2.0, 1.5))  # 10% more: its last turn not
-    found = account_of(["lstm", "mogrifier", "rlstm"], [*lean, *within, *beyond], "CPU core-seconds")
+def test_a_family_is_credited_up_to_five_percent_beyond_the_least_spend(storage_url):
+    add_study(storage_url, "tolerant", status="complete", families=["lstm", "mogrifier", "rlstm"],
+              fixed={"num_layers": 1, "mogrifier_rounds": 2, "mogrifier_rank": 2})
+    tuned(storage_url, "tolerant", {"lstm": [(0, 1000, 1.0, 3.0), (0, 2000, 2.0, 2.0)],
+                                    "mogrifier": [(0, 1000, 1.0, 2.9), (0, 2040, 2.0, 1.5)],  # 2% more: whole
+                                    "rlstm": [(0, 1000, 1.0, 2.9), (0, 2200, 2.0, 1.5)]})  # 10% more: not its last
+    found = study_account(storage_url, "tolerant")
     assert found.tokens.point == 2000 and found.tokens.best == {"lstm": 2.0, "mogrifier": 1.5, "rlstm": 2.9}
-    assert found.tokens.winner == "mogrifier" and found.compute.winner in ("mogrifier", "rlstm")
+    assert found.tokens.winner == "mogrifier" and found.compute.best == {"lstm": 2.0, "mogrifier": 1.5, "rlstm": 1.5}
 
 
-def test_the_account_sums_what_each_trial_reported_and_counts_running_and_resumed_trials():
-    rows = rows_of("lstm",
-                   (0, 1, 1, 1000, 1.0, math.nan),  # a diverged turn spends, scores nothing
-                   (1, 2, 1, 500, 0.5, 4.0),  # another trial, still running
-                   (2, 1, 2, 2000, 2.0, 3.0),
-                   (3, 1, 2, 1800, 1.9, 3.5))  # trial 1 resumed from an older checkpoint: counted on from its most
-    (account,) = account_of(["lstm"], rows, "CPU core-seconds").families
-    assert [(s.tokens, s.compute, s.best_loss) for s in account.spends] == [
-        (1000, 1.0, None), (1500, 1.5, 4.0), (2500, 2.5, 3.0), (2500, 2.5, 3.0)]
-    assert account.best_within("tokens", 1400) is None and account.best_within("compute", 2.0) == 4.0
-    assert account.tokens_per_second == 1000.0
-    reordered = account_of(["lstm"], reversed(rows), "CPU core-seconds").families[0]  # by when they were recorded
-    assert reordered.spends == account.spends
+def test_the_account_sums_what_each_trial_reported_and_counts_running_and_resumed_trials(storage_url):
+    add_study(storage_url, "summed", status="running")
+    ids = tuned(storage_url, "summed", {"lstm": [
+        (0, 1000, 1.0, math.inf),  # a diverged turn spends, scores nothing
+        (1, 500, 0.5, 4.0),  # another trial, still running
+        (0, 2000, 2.0, 4.5),  # no better: not a corner of the curve
+        (0, 1800, 1.9, 3.5),  # trial 0 resumed from an older checkpoint: counted on from the most it reported
+        (0, 2600, 2.5, 3.0)]})
+    with sessions(storage_url).begin() as session:
+        session.get(TrialRecord, ids["lstm"][1]).state = "RUNNING"
+    (account,) = study_account(storage_url, "summed").families
+    assert [(c.tokens, c.compute, c.best_loss) for c in account.corners] == [
+        (1500, 1.5, 4.0), (2500, 2.5, 3.5), (3100, 3.0, 3.0)]  # where the best improved; the last turn
+    assert account.best_within("tokens", 1400) is None and account.best_within("compute", 2.6) == 3.5
+    assert account.tokens_per_second == pytest.approx(3100 / 3.0)
+
+
+def test_the_account_follows_new_turns_and_starts_over_when_a_turn_is_reported_again(storage_url):
+    """The account is kept between calls and read on from the last turn it saw; the recorder's retry of a turn (its row
+    deleted and written again) makes it start over, so that it always equals the database's turns."""
+    add_study(storage_url, "growing", status="running", **TWO_FAMILIES, tuning={"trials": 2, "concurrency": 2})
+    lstm = tuned(storage_url, "growing")["lstm"][0]
+    assert study_account(storage_url, "growing").families[0].corners[-1] == Spend(4000, 4.0, 4.5)
+
+    def report(loss: float) -> None:
+        with sessions(storage_url).begin() as session:  # as tuner.run.recorder records a turn
+            session.execute(delete(TurnRecord).where(TurnRecord.trial_id == lstm, TurnRecord.turn == 3))
+            session.add(TurnRecord(trial_id=lstm, turn=3, step=3, train_loss=loss, val_loss=loss, best_val_loss=loss,
+                                   tokens_per_second=1.0, wall_seconds=3.0, tokens=3000, compute_seconds=3.0))
+
+    kept = list(compute_account._LEDGERS.values())[-1]
+    report(4.0)
+    assert study_account(storage_url, "growing").families[0].corners[-2:] == [Spend(4000, 4.0, 4.5),
+                                                                              Spend(5000, 5.0, 4.0)]
+    assert list(compute_account._LEDGERS.values())[-1] is kept  # read on, not again from the first turn
+    report(4.9)  # retried from its checkpoint: the 4.0 is gone
+    (again, _) = study_account(storage_url, "growing").families
+    assert again.corners[-1] == Spend(5000, 5.0, 4.5) and again.best_within("tokens", 1e9) == 4.5
 
 
 def test_gpu_trials_count_gpu_seconds():

@@ -1,8 +1,8 @@
 """Each family's best validation loss at equal training tokens and at equal compute, read from the study's compute
-account (docs/methodology.md, "The comparison at equal budgets").
+account (docs/methodology.md, "The comparison", equal budgets).
 
 A family's account is every turn of its tuning trials, whatever became of them (running, pruned, failed and
-interrupted trials spent what they reported), in the order the controller recorded them (`reported_at`). After each
+interrupted trials spent what they reported), in the order the controller recorded them (their ids). After each
 turn the family has spent, on each axis, the sum over its trials of the most each had reported by then (training
 tokens; device-seconds: CPU core-seconds, or GPU-seconds), and its best so far is the lowest validation loss any of
 those turns scored.
@@ -13,14 +13,18 @@ turns: no family is credited with more than 5% beyond what the least-spending fa
 within 5% of each other (as a study's budget split aims for) are compared whole. Trials still running count with
 the turns they have reported: the point moves as they report, and every number is provisional until the study ends.
 Turns recorded before the account was kept have no tokens or device-seconds: that axis is then unknown.
+
+The account is kept in memory per study and brought up to date with the turns recorded since (by their ids, which
+follow the order the controller recorded them): a page refreshed while a study runs reads a few new turns, not every
+turn of thousands of trials. A turn reported again (a trial retried from its checkpoint) rebuilds it from the start.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import select
@@ -34,54 +38,38 @@ EQUAL_WITHIN = 0.05
 Axis = Literal["tokens", "compute"]
 AXES: tuple[Axis, ...] = ("tokens", "compute")
 
-
-@dataclass(frozen=True)
-class TurnRow:
-    """One turn of a tuning trial as the account reads it; tokens and compute_seconds are the trial's so far."""
-
-    family: str
-    trial_id: int
-    turn: int
-    tokens: int | None
-    compute_seconds: float | None
-    reported_at: datetime | None
-    val_loss: float
-
-
 @dataclass(frozen=True)
 class Spend:
-    """A family's account after one of its turns: what it had spent on each axis (None: not recorded) and the
-    lowest validation loss so far (None until a turn scored a finite one)."""
+    """A family's account after one of its turns: what it had spent on each axis and the lowest validation loss so far
+    (None until a turn scored a finite one)."""
 
-    tokens: float | None
-    compute: float | None
+    tokens: float
+    compute: float
     best_loss: float | None
 
 
 @dataclass(frozen=True)
 class FamilyAccount:
     family: str
-    spends: list[Spend]  # one per turn, in the order they were recorded
+    corners: list[Spend]  # the turns where its best so far improved, then its last turn, in the order recorded
+    unknown: frozenset[Axis] = frozenset()  # axes some of its turns did not record (before the account was kept)
 
     def known(self, axis: Axis) -> bool:
-        """Whether every turn recorded what it spent on `axis` (turns recorded before the account was kept did
-        not)."""
-        return all(getattr(spend, axis) is not None for spend in self.spends)
+        return axis not in self.unknown
 
     def total(self, axis: Axis) -> float | None:
         """What the family has spent on `axis` so far (0 before its first turn), None where unknown."""
         if not self.known(axis):
             return None
-        return getattr(self.spends[-1], axis) if self.spends else 0.0
+        return getattr(self.corners[-1], axis) if self.corners else 0.0
 
     def best_within(self, axis: Axis, limit: float) -> float | None:
-        """The lowest validation loss of the turns reported while the family's spend on `axis` was within
-        `limit`."""
+        """The lowest validation loss of the turns reported while the family's spend on `axis` was within `limit`."""
         best = None
-        for spend in self.spends:
-            if getattr(spend, axis) > limit:
+        for corner in self.corners:
+            if getattr(corner, axis) > limit:
                 break
-            best = spend.best_loss
+            best = corner.best_loss
         return best
 
     @property
@@ -109,9 +97,6 @@ class StudyAccount:
     tokens: EqualBudget
     compute: EqualBudget
 
-    def at(self, axis: Axis) -> EqualBudget:
-        return self.tokens if axis == "tokens" else self.compute
-
 
 def compute_unit(spec: dict) -> str:
     """What a study's device-seconds are: GPU-seconds (wall seconds times GPUs held) for trials on GPUs, else CPU
@@ -123,41 +108,98 @@ def compute_unit(spec: dict) -> str:
 def study_account(url: str, name: str) -> StudyAccount | None:
     """The study's account per family, and the families at each equal point; None for an unknown study."""
     with reading(url) as connection:
-        spec = connection.scalar(select(StudyRecord.spec).where(StudyRecord.name == name))
-        if spec is None:
+        study = connection.execute(select(StudyRecord.id, StudyRecord.spec).where(StudyRecord.name == name)).first()
+        if study is None:
             return None
-        rows = [TurnRow(*row) for row in connection.execute(
-            select(TrialRecord.family, TurnRecord.trial_id, TurnRecord.turn, TurnRecord.tokens,
-                   TurnRecord.compute_seconds, TurnRecord.reported_at, TurnRecord.val_loss)
+        with _LOCK:
+            ledger = _LEDGERS.pop((url, study.id), None) or _StudyLedger(study.spec["families"])
+            rows = connection.execute(_turns_after(name, ledger.last_id)).all()
+            # a turn reported again is a row written anew: after the last one seen, or in its place (SQLite gives a
+            # new row the id of the highest row deleted just before)
+            if ledger.last_id and (any(row.turn <= ledger.turns.get(row.trial_id, 0) for row in rows)
+                                   or connection.execute(_turn(ledger.last_id)).first() != ledger.last_row):
+                ledger = _StudyLedger(study.spec["families"])
+                rows = connection.execute(_turns_after(name, 0)).all()
+            ledger.add(rows)
+            _LEDGERS[(url, study.id)] = ledger
+            while len(_LEDGERS) > _KEPT:
+                _LEDGERS.popitem(last=False)
+            accounts = ledger.accounts()
+    return StudyAccount(compute_unit(study.spec), accounts, *(equal_budget(accounts, axis) for axis in AXES))
+
+
+_COLUMNS = (TurnRecord.id, TurnRecord.trial_id, TurnRecord.turn, TurnRecord.tokens, TurnRecord.compute_seconds,
+            TurnRecord.val_loss)
+
+
+def _turns_after(name: str, last_id: int):
+    """The study's tuning turns recorded after the turn with id `last_id`, in the order recorded."""
+    return (select(TrialRecord.family, *_COLUMNS)
             .join(TrialRecord, TrialRecord.trial_id == TurnRecord.trial_id)
-            .where(TrialRecord.study_name == name, TrialRecord.stage == "tune"))]
-    return account_of(list(spec["families"]), rows, compute_unit(spec))
+            .where(TurnRecord.id > last_id, TrialRecord.study_name == name, TrialRecord.stage == "tune")
+            .order_by(TurnRecord.id))
 
 
-def account_of(families: list[str], rows: Iterable[TurnRow], unit: str) -> StudyAccount:
-    """The account of `families` from their tuning turns (in any order)."""
-    ordered = sorted(rows, key=lambda row: (row.reported_at is None, row.reported_at or datetime.min, row.trial_id,
-                                            row.turn))
-    accounts = [FamilyAccount(family, _spends([row for row in ordered if row.family == family]))
-                for family in families]
-    return StudyAccount(unit, accounts, *(equal_budget(accounts, axis) for axis in AXES))
+def _turn(turn_id: int):
+    return select(*_COLUMNS).where(TurnRecord.id == turn_id)
 
 
-def _spends(rows: list[TurnRow]) -> list[Spend]:
-    """A family's spend and best so far after each of its turns; a turn without its record of an axis (or of when it
-    was recorded, which orders them) leaves that axis unknown from then on."""
-    most: dict[Axis, dict[int, float]] = {axis: {} for axis in AXES}
-    known = {axis: True for axis in AXES}
-    best, spends = None, []
-    for row in rows:
-        for axis, value in (("tokens", row.tokens), ("compute", row.compute_seconds)):
-            known[axis] = known[axis] and value is not None and row.reported_at is not None
-            if known[axis]:  # the most a trial reported: a resumed trial counts on from its checkpoint
-                most[axis][row.trial_id] = max(most[axis].get(row.trial_id, 0.0), float(value))
-        if math.isfinite(row.val_loss) and (best is None or row.val_loss < best):
-            best = row.val_loss
-        spends.append(Spend(*(sum(most[axis].values()) if known[axis] else None for axis in AXES), best))
-    return spends
+class _FamilyLedger:
+    """One family's account as its turns are added in the order recorded."""
+
+    def __init__(self) -> None:
+        self.most_tokens: dict[int, float] = {}  # the most each trial reported
+        self.most_seconds: dict[int, float] = {}
+        self.tokens = self.seconds = 0.0
+        self.unknown: set[Axis] = set()
+        self.best: float | None = None
+        self.corners: list[Spend] = []  # where the best improved
+        self.turns = 0
+
+    def add(self, trial_id: int, tokens: int | None, seconds: float | None, loss: float) -> None:
+        # a resumed trial counts on from the most it reported, not again from its checkpoint
+        if tokens is None:
+            self.unknown.add("tokens")
+        elif tokens > (before := self.most_tokens.get(trial_id, 0)):
+            self.most_tokens[trial_id], self.tokens = tokens, self.tokens + tokens - before
+        if seconds is None:
+            self.unknown.add("compute")
+        elif seconds > (before := self.most_seconds.get(trial_id, 0.0)):
+            self.most_seconds[trial_id], self.seconds = seconds, self.seconds + seconds - before
+        if (self.best is None or loss < self.best) and math.isfinite(loss):
+            self.best = loss
+            self.corners.append(Spend(float(self.tokens), float(self.seconds), loss))
+        self.turns += 1
+
+    def account(self, family: str) -> FamilyAccount:
+        last = Spend(float(self.tokens), float(self.seconds), self.best)
+        ends = [last] if self.turns and (not self.corners or self.corners[-1] != last) else []
+        return FamilyAccount(family, [*self.corners, *ends], frozenset(self.unknown))
+
+
+class _StudyLedger:
+    def __init__(self, families: list[str]) -> None:
+        self.last_id = 0
+        self.last_row: tuple | None = None  # the last turn added, as _turn reads it
+        self.turns: dict[int, int] = {}  # the latest turn of each trial added
+        self.families = {family: _FamilyLedger() for family in families}
+
+    def add(self, rows) -> None:
+        families, turns = self.families, self.turns
+        for family, _, trial_id, turn, tokens, seconds, loss in rows:
+            families[family].add(trial_id, tokens, seconds, loss)
+            turns[trial_id] = turn
+        if rows:
+            self.last_row = tuple(rows[-1][1:])
+            self.last_id = self.last_row[0]
+
+    def accounts(self) -> list[FamilyAccount]:
+        return [ledger.account(family) for family, ledger in self.families.items()]
+
+
+_LOCK = threading.Lock()
+_LEDGERS: OrderedDict[tuple[str, int], _StudyLedger] = OrderedDict()  # by database and study, least recent first
+_KEPT = 16  # studies whose account is kept
 
 
 def equal_budget(accounts: list[FamilyAccount], axis: Axis) -> EqualBudget:

@@ -159,11 +159,11 @@ def curves_frame(url: str, trial_ids: list[int], unit: Unit) -> pd.DataFrame:
 
 
 def budget_frame(account: StudyAccount, unit: Unit) -> pd.DataFrame:
-    """The best-so-far curves of a study's compute account: one row per tuning turn in the order recorded, with the
-    family's spend after it (tokens, compute_seconds; NaN where not recorded) and its best so far as a score in
-    `unit` (NaN before a first finite loss)."""
-    rows = [(family.family, spend.tokens, spend.compute, spend.best_loss)
-            for family in account.families for spend in family.spends]
+    """The best-so-far curves of a study's compute account: a row per tuning turn where a family's best improved, and
+    its last, in the order recorded, with the family's spend after it (tokens, compute_seconds; NaN where not
+    recorded) and its best so far as a score in `unit` (NaN before a first finite loss)."""
+    rows = [(family.family, *(getattr(corner, axis) if family.known(axis) else None for axis in ("tokens", "compute")),
+             corner.best_loss) for family in account.families for corner in family.corners]
     frame = pd.DataFrame(rows, columns=["family", "tokens", "compute_seconds", "best_loss"], dtype=object)
     frame = frame.astype({"tokens": float, "compute_seconds": float, "best_loss": float})
     frame["score"] = unit.convert(frame["best_loss"])
