@@ -78,6 +78,16 @@ def test_small_twin_runs_every_stage(name, ray_cluster, sqlite_url, tmp_path):
                                                     "so no winner"
 
 
+def test_every_shipped_comparison_reruns_each_family_s_best_with_three_seeds_or_more():
+    """A winner is named only where the reruns' seeds separate it (the 95% interval of the difference excludes 0):
+    every shipped space comparing families gives it three seeds or more a family."""
+    comparisons = [path for path in sorted(SPACES.rglob("*.yaml")) if len(load_spec(path).families) > 1]
+    assert {path.stem for path in comparisons} == {"quickstart", "ptb_comparison", "transformer_vs_mogrifier_ptb"}
+    short = [path.relative_to(SPACES).as_posix() for path in comparisons
+             if load_spec(path).reruns is None or load_spec(path).reruns.seeds < 3]
+    assert short == []
+
+
 def test_every_space_but_quickstart_is_checked_for_sources():
     shipped = {path.relative_to(SPACES).with_suffix("").as_posix() for path in SPACES.rglob("*.yaml")}
     assert shipped - set(SOURCED) == {"quickstart"}
