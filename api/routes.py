@@ -200,8 +200,9 @@ def _pareto(config: Settings, name: str, x: str) -> ParetoOut:
 async def compare(name: StudyName, config: SettingsDep) -> ComparisonOut:
     """The families side by side (Table 2.1 of the paper): the best tuning run, then validation and test
     with and without Monte-Carlo dropout and dynamic evaluation as mean ± std over the final models (the
-    reruns), which stage-2 trial each dynamic result came from, the winner by the rerun mean, and the unigram
-    baseline of the corpus."""
+    reruns), which stage-2 trial each dynamic result came from, each family's tuning at equal training tokens
+    and at equal compute with the winner at each, the winner by the rerun mean (only where the seeds separate
+    it) with the budget it holds under, and the unigram baseline of the corpus."""
     return await run_in_threadpool(_comparison, config, name)
 
 

@@ -155,9 +155,12 @@ def compare(
     json_output: JsonOutput = False,
 ) -> None:
     """The families side by side (Table 2.1 of the paper): best tuning run, then validation and test with
-    and without MC dropout and dynamic evaluation, mean ± sd over the reruns, and the winner: named only once
-    every planned rerun of every family has finished, with its margin over the runner-up and that margin's 95%
-    interval (Welch's t over the seeds; where both have two seeds or more)."""
+    and without MC dropout and dynamic evaluation, mean ± sd over the reruns; each family's tuning at equal
+    training tokens and at equal compute (CPU core-seconds or GPU-seconds) with its tokens per second, and who
+    wins at each; and the winner, with the budget it holds under: named only once every planned rerun of every
+    family has finished, never for a study of one family, and only where the seeds separate it from the
+    runner-up (the 95% interval of the difference, Welch's t over the seeds, excludes 0; else "no clear winner at
+    this budget" and what more trials would buy by the tuning curves)."""
     from lm_tuner.tuner.analysis.comparison import comparison, comparison_document
     from lm_tuner.tuner.analysis.study_facts import study_baseline
     from lm_tuner.tuner.cli.compare_report import print_comparison
