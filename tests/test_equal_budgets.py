@@ -227,6 +227,16 @@ def test_a_family_is_credited_up_to_five_percent_beyond_the_least_spend(storage_
     assert found.tokens.winner == "mogrifier" and found.compute.best == {"lstm": 2.0, "mogrifier": 1.5, "rlstm": 1.5}
 
 
+def test_a_family_without_a_score_by_the_equal_point_is_named_and_none_wins_there(storage_url):
+    add_study(storage_url, "late", status="complete", **TWO_FAMILIES, tuning={"trials": 1, "concurrency": 2})
+    tuned(storage_url, "late", {"lstm": [(0, 1000, 1.0, 4.0)], "mogrifier": [(0, 1000, 3.0, 3.0)]})
+    found = comparison(storage_url, "late")
+    assert (found.winner_at_equal_tokens, found.winner_at_equal_compute) == ("mogrifier", None)
+    assert found.budget_verdict.startswith("mogrifier wins at equal tokens; no winner at equal compute: mogrifier "
+                                           "had no validation score by then (at 1.00k tokens each")
+    assert found.budget_verdict.endswith("at 1 CPU core-seconds each: lstm 54.60, mogrifier no score)")
+
+
 def test_the_account_sums_what_each_trial_reported_and_counts_running_and_resumed_trials(storage_url):
     add_study(storage_url, "summed", status="running")
     ids = tuned(storage_url, "summed", {"lstm": [

@@ -214,5 +214,5 @@ def equal_budget(accounts: list[FamilyAccount], axis: Axis) -> EqualBudget:
         return EqualBudget(axis, point, best, None, "one family: nothing to compare")
     silent = [family for family, loss in best.items() if loss is None]
     if silent:
-        return EqualBudget(axis, point, best, None, f"{', '.join(silent)} scored no validation loss within it")
+        return EqualBudget(axis, point, best, None, f"{', '.join(silent)} had no validation score by then")
     return EqualBudget(axis, point, best, min(best, key=best.get), None)
