@@ -37,9 +37,9 @@ def server(ray_cluster, tmp_path_factory) -> Iterator[tuple[str, Settings]]:
     settings = Settings(f"sqlite:///{root / 'tuner.db'}", root / "artifacts")
     shown = {**STAGED, "name": "shown", "tuning": {"sampler": "random", "trials": 1, "concurrency": 2},
              "dynamic_evaluation": {**STAGED["dynamic_evaluation"], "trials": 1}}
-    for spec in (BROKEN, shown):
+    for spec, ends in ((BROKEN, "failed"), (shown, "complete")):  # a study whose every trial failed has failed
         document = yaml.safe_dump(spec, sort_keys=False)
-        assert launch_study(parse_spec(document), document, settings) == "complete"
+        assert launch_study(parse_spec(document), document, settings) == ends
     with serve_app(settings) as base_url:
         yield base_url, settings
 
