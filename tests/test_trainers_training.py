@@ -290,6 +290,10 @@ def test_a_run_paused_at_a_step_resumes_to_the_numbers_of_one_that_never_paused(
                     device=CPU)
     assert [comparable(t) for t in resumed.turns] == [comparable(t) for t in whole.turns]  # its turns, all of them
     assert [comparable(t) for t in paused.turns] == [comparable(t) for t in whole.turns[:2]]
+    told = []
+    train(tiny_model(corpus, output_dropout=0.3), config, corpus, resume_from=tmp_path / "latest.pt",
+          on_turn=told.append, report_restored=True, device=CPU)  # what a listener that stopped may have missed
+    assert [t.turn for t in told] == [1, 2, 3]
 
 
 def test_a_run_saved_before_fields_were_added_resumes(corpus, tmp_path: Path) -> None:

@@ -59,13 +59,15 @@ def train(
     on_turn: TurnCallback | None = None,
     device: torch.device | None = None,
     stop_at_step: int | None = None,
+    report_restored: bool = False,
 ) -> TrainingResult:
     """Train within the schedule's budget; keep the best-validation weights at `checkpoint_path`.
 
     `latest_checkpoint_path` receives the full training state after every turn; `resume_from` (such
     a file) continues that run, which must have the same model and training configuration. `stop_at_step` pauses
     the run after the turn that reaches that step (a rung of successive halving): resumed from its latest state,
-    it goes on exactly as a run that never paused.
+    it goes on exactly as a run that never paused. With `report_restored`, a resumed run first tells `on_turn` the
+    turns it restored (whoever listens may have missed the last of them when the run stopped).
     """
     set_up = time.perf_counter()
     run = TrainingRun(model_config, config, corpus, device or default_device())
@@ -75,6 +77,9 @@ def train(
         cpu_extension()  # loaded (built, the first time on a machine) here rather than inside the first step
     setup_seconds = time.perf_counter() - set_up
     metadata = metadata or {}
+    if report_restored and on_turn is not None:
+        for restored in run.reports:
+            on_turn(restored)
     last_good = run.state_dict()
     finished = run.finished()
     while not finished and (stop_at_step is None or run.step < stop_at_step):

@@ -77,13 +77,18 @@ def print_plan(planned: "StudyPlan") -> None:
                   f"{'y' if len(planned.families) == 1 else 'ies'} at {planned.parameter_budget:,} parameters, "
                   f"vocabulary {planned.vocab_size:,}")
     for family in planned.families:
-        console.print(_family_table(family))
+        console.print(_family_table(family, budgeted=planned.budget is not None))
     if planned.estimate is not None:
         estimate = planned.estimate
-        console.print(f"study: {sum(f.runs for f in planned.families)} runs, about "
+        runs = "its compute budget" if planned.budget is not None else f"{sum(f.runs for f in planned.families)} runs"
+        console.print(f"study: {runs}, about "
                       f"[bold]{duration(estimate.study_seconds)}[/bold] with {estimate.parallel_trials} at a time "
                       f"on this machine ({estimate.device}, {estimate.threads} thread(s) per trial; probe "
                       f"{estimate.probe_seconds:.1f} s; not included: {', '.join(estimate.not_included)})")
+    if planned.budget is not None:
+        from lm_tuner.tuner.cli.budget_report import print_budget
+
+        print_budget(planned.budget)
     if planned.cost is not None:
         print_cost(planned.cost)
     for note in planned.notes:
@@ -100,9 +105,10 @@ def print_cost(cost: "StudyCost") -> None:
         console.print(f"  {note}", style="dim", markup=False)
 
 
-def _family_table(family: "FamilyPlan") -> PlainTable:
+def _family_table(family: "FamilyPlan", budgeted: bool) -> PlainTable:
     table = PlainTable("", "value", title=f"family {family.family}", title_justify="left", show_header=False)
-    table.add_row("trials", f"{family.trials} (+{family.runs - family.trials} reruns)")
+    table.add_row("configurations tried" if budgeted else "trials",
+                  f"{family.trials} (+{family.runs - family.trials} reruns)")
     table.add_row("sampled configurations", f"{family.sampled_points} ({family.infeasible_points} over the budget)")
     if family.hidden_size is not None:
         hidden = family.hidden_size
@@ -122,9 +128,9 @@ def _family_table(family: "FamilyPlan") -> PlainTable:
         estimate = family.estimate
         table.add_row("training step", f"{estimate.step_seconds * 1000:,.1f} ms")
         table.add_row("evaluation per turn", f"{estimate.evaluation_seconds:,.2f} s")
-        table.add_row("turns per trial", f"{estimate.turns:,}")
-        table.add_row("time per trial", f"{duration(estimate.trial_seconds)} "
-                                        f"({estimate.evaluation_share:.0%} evaluating)")
+        table.add_row("turns per trial" + (" (a finalist's)" if budgeted else ""), f"{estimate.turns:,}")
+        table.add_row("time per trial" + (" (a finalist's)" if budgeted else ""),
+                      f"{duration(estimate.trial_seconds)} ({estimate.evaluation_share:.0%} evaluating)")
     return table
 
 

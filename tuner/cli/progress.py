@@ -62,6 +62,8 @@ class ProgressPrinter(Callback):
         self._outcomes = {"complete": 0, "pruned": 0, "failed": 0, "interrupted": 0}
         self._best: tuple[float, str] | None = None
         self._warnings_shown: int | None = None  # of the study's stored warnings; earlier runs' are not repeated
+        self._pruned_before: int | None = None  # configurations pruned before this run (successive halving)
+        self._live: int | None = None  # trials Ray runs now, as of the last end (the study's count adds those waiting)
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__ | {"_display": None}  # Ray pickles callbacks; the display lives in this process only
@@ -82,7 +84,9 @@ class ProgressPrinter(Callback):
             stage = "" if record.stage == "tune" else record.stage
             self._display.board.trial_started(record.trial_id, record.family, f"{stage}#{record.number}")
             self._read_study(self._progress())
-        self._print(f"[dim]start[/dim]  {self._label(trial, record)}  {params}")
+        rung = trial.config.get("rung")
+        promoted = f"  [cyan]promoted to rung {rung}[/cyan]" if rung else ""
+        self._print(f"[dim]start[/dim]  {self._label(trial, record)}  {params}{promoted}")
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if self._display is not None:
@@ -94,9 +98,11 @@ class ProgressPrinter(Callback):
         self._warnings_shown = len(warnings)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._live = sum(1 for other in trials if other is not trial and other.status == "RUNNING")
         self._finished(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._live = sum(1 for other in trials if other is not trial and other.status == "RUNNING")
         self._finished(trial)
 
     def _begin(self) -> None:
@@ -108,6 +114,7 @@ class ProgressPrinter(Callback):
         self._warnings_shown = len(study.warnings)
         progress = study.progress
         self._settled_before = {stage.stage: stage.settled for stage in progress.stages}
+        self._pruned_before = sum(tally.pruned for tally in family_tallies(self._url, self._study).values())
         if progress.settled:
             self._print(f"resumed: {progress.settled} of {progress.planned} trials already done "
                         f"({_stages(progress)}); this run: {progress.planned - progress.settled}")
@@ -116,9 +123,14 @@ class ProgressPrinter(Callback):
         self._begin()
         record = self._record(trial)  # the searcher has recorded the trial's end by now
         label = self._label(trial, record)
+        if "rung" in trial.config and record.state == "RUNNING":
+            self._rung_ended(trial, record, label)
+            return
         outcome = "interrupted" if record.interrupted else {"COMPLETE": "complete", "PRUNED": "pruned"}.get(
             record.state, "failed")
         self._outcomes[outcome] += 1
+        if "rung" in trial.config:
+            self._outcomes["pruned"] = self._pruned_in_this_run()
         detail = ""
         if record.value is not None:
             detail = f"{score_name(self._unit)} {self._unit.of(record.value):.3f}"
@@ -131,6 +143,27 @@ class ProgressPrinter(Callback):
             self._read_study(progress)
         self._print(f"{shown}  {label}  {detail}  |  {self._summary(progress)}")
 
+    def _rung_ended(self, trial: Any, record: TrialRecord, label: str) -> None:
+        """A segment of successive halving ended at its rung: the configuration waits for the rung's other results,
+        and those decided by this one (pruned, or promoted) are counted from the study's record."""
+        result = trial.last_result or {}
+        score = result.get("best_val_loss")
+        detail = "" if score is None else f"{score_name(self._unit)} {self._unit.of(score):.3f} "
+        tokens = result.get("tokens")
+        at = "" if tokens is None else f"at {tokens:,} tokens"
+        self._outcomes["pruned"] = self._pruned_in_this_run()
+        progress = self._progress()
+        if self._display is not None:
+            self._display.board.trial_ended(record.trial_id)
+            self._read_study(progress)
+        self._print(f"[cyan]rung {trial.config['rung']}[/cyan]  {label}  {detail}{at}  |  {self._summary(progress)}")
+
+    def _pruned_in_this_run(self) -> int:
+        """Configurations pruned since this run began (successive halving prunes them as a rung closes, no trial of
+        theirs ending)."""
+        pruned = sum(tally.pruned for tally in family_tallies(self._url, self._study).values())
+        return pruned - (self._pruned_before or 0)
+
     def _summary(self, progress: StudyProgress) -> str:
         before = self._settled_before or {}
         # Planned counts of later stages can shrink as earlier ones finish; never below what is settled.
@@ -142,8 +175,10 @@ class ProgressPrinter(Callback):
         current = progress.current
         eta = "-" if current is None or current.eta_seconds is None else \
             f"{current.label} {duration_text(current.eta_seconds)}"
-        return (f"this run {done}/{left} done ({outcomes}), {progress.running} running  |  {_stages(progress)}  |  "
-                f"{best}  |  ETA {eta}")
+        running = f"{progress.running} running"
+        if self._live is not None and progress.running > self._live:  # successive halving: configurations at a rung
+            running = f"{self._live} running, {progress.running - self._live} waiting at a rung"
+        return f"this run {done}/{left} done ({outcomes}), {running}  |  {_stages(progress)}  |  {best}  |  ETA {eta}"
 
     def _read_study(self, progress: StudyProgress) -> None:
         self._display.board.study_read(family_tallies(self._url, self._study), progress)

@@ -83,17 +83,31 @@ def _vocabulary_size_or_refuse(spec: "StudySpec") -> int:
         refuse(error)
 
 
-def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDisplay") -> None:
-    """The study's cost (from a FLOP count) and the plan's warnings (working them out takes about 1.5 s: the launch
-    does it while Ray starts, before the first trial)."""
+def _trials_said(spec: "StudySpec") -> str:
+    budget = spec.compute_budget
+    if budget is None:
+        return f"{spec.tuning.trials} trials per family"
+    return (f"a compute budget ({budget.rungs} rung(s) of successive halving, {spec.tuning.trials} configurations "
+            f"per family)")
+
+
+def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDisplay", url: str | None = None) -> None:
+    """The study's cost (from a FLOP count; a compute budget's split, as its first run fixed it) and the plan's
+    warnings (working them out takes about 1.5 s: the launch does it while Ray starts, before the first trial)."""
+    from lm_tuner.tuner.cli.budget_report import budget_line
+    from lm_tuner.tuner.run.budgeting import stored_budget_plan
     from lm_tuner.tuner.run.probe import corpus_size, data_warnings, this_machine
     from lm_tuner.tuner.spec.cost import with_counted_cost
     from lm_tuner.tuner.spec.plan import plan_study
 
     planned = plan_study(spec, vocab_size)
-    cost = with_counted_cost(spec, planned, corpus_size(spec), this_machine()).cost
-    display.print(f"[yellow]cost:[/yellow] {escape(cost.summary)}" if cost.over_a_day else
-                  f"[dim]cost: {escape(cost.summary)}[/dim]")
+    budget = stored_budget_plan(url, spec.name) if url is not None and spec.compute_budget is not None else None
+    if budget is not None:
+        display.print(escape(budget_line(budget)))
+    else:
+        cost = with_counted_cost(spec, planned, corpus_size(spec), this_machine()).cost
+        display.print(f"[yellow]cost:[/yellow] {escape(cost.summary)}" if cost.over_a_day else
+                      f"[dim]cost: {escape(cost.summary)}[/dim]")
     for warning in [*planned.warnings, *data_warnings(spec)]:
         display.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
@@ -128,13 +142,18 @@ def _run_study(spec: "StudySpec", document: str, settings: Settings, vocab_size:
         refuse(error)
     console.print(
         f"[bold]{spec.name}[/bold]: {', '.join(spec.families)} at {spec.parameter_budget:,} parameters, "
-        f"{spec.tuning.trials} trials per family, sampler {spec.tuning.sampler}, "
+        f"{_trials_said(spec)}, sampler {spec.tuning.sampler}, "
         f"{spec.tuning.concurrency} at a time\n[dim]database {escape(masked_url(settings.storage_url))}\n"
         f"checkpoints {escape(masked_url(settings.artifact_root))}[/dim]"
     )
+    from lm_tuner.tuner.run.budgeting import stored_budget_plan
+
+    if spec.compute_budget is not None and stored_budget_plan(settings.storage_url, spec.name) is None:
+        console.print("[dim]timing each family here for the compute budget's plan (about 10 s)[/dim]")
     try:
         with stopping_cleanly(), live_progress(settings.storage_url, spec) as printer:
-            warn = None if vocab_size is None else partial(_print_warnings, spec, vocab_size, printer.display)
+            warn = None if vocab_size is None else partial(_print_warnings, spec, vocab_size, printer.display,
+                                                           settings.storage_url)
             final = launch_study(spec, document, settings, callbacks=[printer], while_ray_starts=warn)
     except (StudyConflict, StudyRefused) as error:
         refuse(error)

@@ -21,13 +21,18 @@ from sqlalchemy import exists, select
 
 from lm_tuner.trainers import Corpus, artifact_store, load_corpus, unigram_perplexity
 from lm_tuner.trainers.datasets import unreadable_data
+from lm_tuner.tuner.run.budgeting import fixed_budget_plan, measured_budget_plan, stored_budget_plan
+from lm_tuner.tuner.run.probe import this_machine
 from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols
 from lm_tuner.tuner.run.tuning import tune_families
 from lm_tuner.tuner.settings import ArtifactRoot, Settings, masked_url
 from lm_tuner.tuner.spec import StudySpec
+from lm_tuner.tuner.spec.budget_plan import BudgetTooSmall
+from lm_tuner.tuner.spec.estimate import parallel_trials
 from lm_tuner.tuner.spec.feasibility import budget_issues, task_issues
+from lm_tuner.tuner.spec.plan import BudgetPlan
 from lm_tuner.tuner.spec.space import trial_seed
 from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
@@ -81,9 +86,11 @@ def launch_study(
     ensure_schema(settings.storage_url)
     release_unstarted_name(settings.storage_url, spec.name, spec.model_dump(mode="json"), settings.artifact_root)
     refuse_continuing_apart(settings, spec.name, corpus)
+    budget_plan = first_budget_plan(spec, settings)
     claim_study(settings.storage_url, spec, document, submitted_via)
     try:
-        return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts)
+        return run_claimed_study(spec, settings, callbacks=callbacks, while_ray_starts=while_ray_starts,
+                                 budget_plan=budget_plan)
     except KeyboardInterrupt:
         _finish(settings.storage_url, spec.name, "failed", f"interrupted; its running trials run again when it "
                                                              f"continues (`tuner resume {spec.name}`)")
@@ -177,10 +184,29 @@ def claim_study(url: str, spec: StudySpec, document: str, submitted_via: str) ->
                         f"see `tuner status {spec.name}` and launch again if it is not running")
 
 
+def first_budget_plan(spec: StudySpec, settings: Settings) -> BudgetPlan | None:
+    """The plan of a compute-budgeted study's first run, measured here (StudyRefused where the budget buys too little);
+    None for a study without a compute budget or one whose plan is stored already."""
+    if spec.compute_budget is None or stored_budget_plan(settings.storage_url, spec.name) is not None:
+        return None
+    try:
+        return measured_budget_plan(spec, slots=budget_slots(spec, settings))
+    except BudgetTooSmall as error:
+        raise StudyRefused(str(error)) from error
+
+
+def budget_slots(spec: StudySpec, settings: Settings) -> int:
+    """Trials a compute-budgeted study runs at once: as many as this machine holds, or on a Ray cluster the spec's
+    concurrency."""
+    return spec.tuning.concurrency if ray_address(settings) != "local" else parallel_trials(spec, this_machine())
+
+
 def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequence[tune.Callback] = (),
-                      while_ray_starts: Callable[[], None] | None = None) -> str:
+                      while_ray_starts: Callable[[], None] | None = None,
+                      budget_plan: BudgetPlan | None = None) -> str:
     """Tuning, then (as the spec asks) reruns, the test protocol and stage 2; returns the final status. Ray is
-    started when a stage first needs it, or at once where `while_ray_starts` is given (see connect_ray_while)."""
+    started when a stage first needs it, or at once where `while_ray_starts` is given (see connect_ray_while). A
+    compute-budgeted study keeps the plan of its first run (`budget_plan`, measured by the launch; else now)."""
     url = settings.storage_url
     try:
         corpus = prepared_corpus(spec)
@@ -192,6 +218,10 @@ def run_claimed_study(spec: StudySpec, settings: Settings, *, callbacks: Sequenc
             record.best_possible_loss = corpus.best_cross_entropy
             record.unigram_perplexity = unigram_perplexity(corpus)
             record.artifact_root = recorded_form(settings.artifact_root)  # where `tuner best` finds checkpoints
+            if spec.compute_budget is not None and record.plan is None and budget_plan is not None:
+                record.plan = budget_plan.model_dump(mode="json")
+        if spec.compute_budget is not None:
+            fixed_budget_plan(url, spec, slots=budget_slots(spec, settings))  # a worker's first run measures it here
         _fail_interrupted_trials(url, spec)
         before = last_trial_id(url, spec.name)  # the trials of this run have higher ids
         if while_ray_starts is not None:
@@ -249,7 +279,10 @@ def _fail_interrupted_trials(url: str, spec: StudySpec, reason: str = INTERRUPTE
     study of the study is covered: tuning, reruns and stage 2.
     """
     storage = optuna_storage(url)
+    halving = {optuna_study_name(spec.name, family) for family in spec.families} if spec.compute_budget else set()
     for name in optuna_studies_of(url, spec.name):
+        if name in halving:
+            continue  # successive halving resumes its configurations from their checkpoints (tuner.run.halving)
         family = name.split("/")[1]
         study_id = storage.get_study_id_from_name(name)
         for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):

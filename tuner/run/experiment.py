@@ -11,6 +11,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
 
 from lm_tuner.tuner.run.cancellation import CancellationStopper
 from lm_tuner.tuner.run.interleaving import FamilyScheduler, FamilyShare, InterleavedSearcher
@@ -47,6 +48,8 @@ class Experiment:
     scheduler: TrialScheduler | None = None
     points: list[dict[str, Any]] = field(default_factory=list)
     settled: int = 0
+    make_searcher: Callable[[TrialLedger, StoreFaults], Searcher] | None = None
+    """The family's searcher, where it is not the one-trial-per-configuration StudySearcher (successive halving)."""
 
 
 def run_experiment(experiment: Experiment, settings: Settings, callbacks: Sequence[tune.Callback] = ()) -> None:
@@ -61,7 +64,8 @@ def run_experiments(experiments: Sequence[Experiment], settings: Settings,
     first, url = experiments[0], settings.storage_url
     ledger = TrialLedger(url, first.study)
     store_faults = StoreFaults()
-    searcher = InterleavedSearcher([FamilyShare(e.family, _searcher(e, ledger, url, store_faults), e.trials, e.settled)
+    searcher = InterleavedSearcher([FamilyShare(e.family, e.make_searcher(ledger, store_faults) if e.make_searcher
+                                                else _searcher(e, ledger, url, store_faults), e.trials, e.settled)
                                     for e in experiments])
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(first.trainable, job=first.job), first.resources),

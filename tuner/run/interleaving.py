@@ -60,21 +60,39 @@ class InterleavedSearcher(Searcher):
         self._owners: dict[str, FamilyShare] = {}
         self._clock = clock
         self._proposed_at: dict[str, float] = {}
+        self._finished: set[str] = set()  # families whose searcher has nothing more to propose in this run
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         results = [share.searcher.set_search_properties(metric, mode, config, **spec) for share in self._shares]
         return all(results)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        share = self.next_family()
-        if share is None:
+        candidates = self._candidates()
+        if not candidates:
             return Searcher.FINISHED
-        config = share.searcher.suggest(trial_id)
-        if isinstance(config, dict):
-            self._owners[trial_id] = share
-            self._proposed[share.family] += 1
-            self._proposed_at[trial_id] = self._clock()
-        return config
+        for share in candidates:
+            config = share.searcher.suggest(trial_id)
+            if isinstance(config, dict):
+                self._owners[trial_id] = share
+                self._proposed[share.family] += 1
+                self._proposed_at[trial_id] = self._clock()
+                return config
+            if not _waits(share):
+                return config
+            if config == Searcher.FINISHED:
+                self._finished.add(share.family)
+        return None if self._candidates() else Searcher.FINISHED
+
+    def _candidates(self) -> list[FamilyShare]:
+        """The families to ask, in order: successive-halving families (which may have nothing to start while a rung
+        waits for its last results) by the share of their plan sent to train, least first; else the one family
+        next_family picks."""
+        if any(_waits(share) for share in self._shares):
+            open_shares = [share for share in self._shares
+                           if share.family not in self._finished and self._proposed[share.family] < share.trials]
+            return sorted(open_shares, key=lambda share: share.searcher.issued_share())
+        share = self.next_family()
+        return [] if share is None else [share]
 
     def next_family(self) -> FamilyShare | None:
         """The family with the fewest trials settled or proposed, among those with trials left to propose in this
@@ -181,6 +199,11 @@ class FamilyView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._controller, name)
+
+
+def _waits(share: FamilyShare) -> bool:
+    """Whether the family's searcher may have nothing to start for a while and more later (successive halving)."""
+    return hasattr(share.searcher, "issued_share")
 
 
 def _family(trial: Trial) -> str:

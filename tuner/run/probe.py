@@ -29,7 +29,7 @@ from lm_tuner.trainers.temperature import search_windows, searched_streams_cross
 from lm_tuner.trainers.training_run import TrainingRun
 from lm_tuner.trainers.validation_cut import validation_cut
 from lm_tuner.tuner.spec import StudySpec
-from lm_tuner.tuner.spec.cost import PROBED, Speed, probe_can_run, study_cost, with_counted_cost
+from lm_tuner.tuner.spec.cost import PROBED, Speed, probe_can_run, with_cost, with_counted_cost
 from lm_tuner.tuner.spec.estimate import (
     CorpusSize,
     Machine,
@@ -160,7 +160,7 @@ def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: flo
     where = machine.gpu_name if device.type == "cuda" else f"this machine's CPU, {threads} thread(s) per trial"
     speed = Speed(timings, PROBED, f"each family's median shape timed on {where} for "
                                    f"{estimated.estimate.probe_seconds:.1f} s", "timed here by the probe")
-    return estimated.model_copy(update={"cost": study_cost(spec, estimated, size, machine, speed)})
+    return with_cost(spec, estimated, size, machine, speed)
 
 
 def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds: float,

@@ -28,6 +28,7 @@ class TrialRegistrar:
     vocab_size: int
     url: str
     stage: str = "tune"
+    budget_steps: int | None = None  # the top rung's steps, where a compute budget decides how far trials train
 
     def __call__(self, optuna_trial_id: int, number: int, params: dict[str, Any]) -> dict[str, Any]:
         storage = optuna_storage(self.url)
@@ -46,7 +47,10 @@ class TrialRegistrar:
             session.merge(TrialRecord(trial_id=optuna_trial_id, study_name=self.spec.name, number=number,
                                       stage=self.stage, parent_trial_id=enqueued.get(PARENT),
                                       fail_reason=fail_reason, **attributes))
-        return {"seed": seed, "stage": self.stage}
+        extra: dict[str, Any] = {"seed": seed, "stage": self.stage}
+        if self.budget_steps is not None:
+            extra["budget_steps"] = self.budget_steps
+        return extra
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,9 @@ class StudySearcher(OptunaSearch):
         return self._storage.get_trial_id_from_study_id_trial_number(self._optuna_study_id, ot_trial.number)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if FAILED in result or trial_id in self._completed_trials:
-            return  # a failure report, not a turn; or a late result of a finished trial
+        if FAILED in result or trial_id in self._completed_trials or \
+                result[TURN] <= self._reported_turns.get(trial_id, 0):
+            return  # a failure report, not a turn; a late result of a finished trial; a resumed trial's turn told again
         # Optuna's step is our turn, not Ray's iteration count, which restarts when a trial resumes.
         self._ot_trials[trial_id].report(result[OBJECTIVE], result[TURN])
         self._reported_turns[trial_id] = result[TURN]

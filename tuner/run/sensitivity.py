@@ -21,6 +21,7 @@ from ray import tune
 from sqlalchemy import select
 
 from lm_tuner.trainers import load_corpus
+from lm_tuner.tuner.run.budgeting import top_rung_steps
 from lm_tuner.tuner.run.experiment import Experiment, run_experiment
 from lm_tuner.tuner.run.registration import PARENT, SEED, TrialRegistrar
 from lm_tuner.tuner.run.trial import run_trial, training_job
@@ -133,7 +134,8 @@ def run_queued_sensitivity(spec: StudySpec, settings: Settings, callbacks: Seque
             space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
             trainable=run_trial,
             job=training_job(spec, str(settings.artifact_root)),
-            registrar=TrialRegistrar(spec, family, vocab_size, url, stage=STAGE),
+            registrar=TrialRegistrar(spec, family, vocab_size, url, stage=STAGE,
+                                     budget_steps=top_rung_steps(spec, url, family)),
             resources={"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial},
             concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
         ), settings, callbacks)

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from ray import tune
 from sqlalchemy import select
 
+from lm_tuner.tuner.run.budgeting import top_rung_steps
 from lm_tuner.tuner.run.evaluation_jobs import (
     run_dynamic_evaluation_trial,
     run_dynamic_test,
@@ -72,7 +73,8 @@ def _rerun_experiment(spec: StudySpec, family: str, vocab_size: int, settings: S
         trials=len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))),
         space=distributions(spec, family), sampler=optuna.samplers.RandomSampler(seed=spec.tuning.seed),
         trainable=run_trial, job=training_job(spec, str(settings.artifact_root)),
-        registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun"),
+        registrar=TrialRegistrar(spec, family, vocab_size, url, stage="rerun",
+                                 budget_steps=top_rung_steps(spec, url, family)),
         resources=_resources(spec), concurrency=spec.tuning.concurrency, max_retries=spec.tuning.max_retries,
     )
 

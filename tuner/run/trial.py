@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import socket
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -70,7 +70,8 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     """Ray Tune entry point.
 
     `config` comes from the searcher: {"params": sampled values, "family", "number", "optuna_trial_id",
-    "seed", "stage"};
+    "seed", "stage"}, and under a compute budget (tuner.run.halving) "budget_steps", the steps of the family's top
+    rung, and "until_step", where this segment of the trial ends (a rung);
     `job` is fixed for the whole family study (training_job): the spec, the artifact root (a folder, or an
     object-storage URL the worker writes to directly) and the digest of the corpus as the controller read it.
     """
@@ -79,8 +80,10 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
     configure_torch(spec, spec.resources.cpus_per_trial)
     try:
         corpus = study_corpus(spec, job["corpus_digest"])
-        setup = trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"])
-        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, job["artifact_root"])
+        setup = with_budget_steps(trial_setup(spec, family, config["params"], len(corpus.vocabulary), config["seed"]),
+                                  config.get("budget_steps"))
+        _train(spec, family, number, config.get("stage", "tune"), setup, corpus, job["artifact_root"],
+               config.get("until_step"))
     except (TrainingDiverged, ValueError) as error:
         # The configuration itself cannot be trained: report the reason instead of raising, so Ray
         # does not retry on another worker what no retry can fix (retries are for lost workers).
@@ -93,8 +96,16 @@ def run_trial(config: dict[str, Any], job: dict[str, Any]) -> None:
         tune.report({FAILED: str(error), INFRASTRUCTURE: True, OBJECTIVE: math.inf, TURN: 0})
 
 
+def with_budget_steps(setup: TrialSetup, steps: int | None) -> TrialSetup:
+    """The setup trained for `steps` optimisation steps (the top rung of a compute-budgeted study), unless None."""
+    if steps is None:
+        return setup
+    schedule = setup.training.schedule.model_copy(update={"budget_steps": steps})
+    return replace(setup, training=setup.training.model_copy(update={"schedule": schedule}))
+
+
 def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSetup, corpus: Corpus,
-           artifact_root: str) -> None:
+           artifact_root: str, until_step: int | None = None) -> None:
     relative = checkpoint_relative_path(spec.name, family, number, stage=stage)
     checkpoint = artifact_store.join(artifact_root, relative)
     latest = artifact_store.join(artifact_root, checkpoint_relative_path(spec.name, family, number, "latest", stage))
@@ -123,4 +134,6 @@ def _train(spec: StudySpec, family: str, number: int, stage: str, setup: TrialSe
             metadata={"study": spec.name, "family": family, "trial_number": number,
                       "dataset": spec.dataset.model_dump(mode="json")},
             on_turn=report,
+            stop_at_step=until_step,
+            report_restored=resume_from is not None,  # its controller may have stopped before recording the last
         )

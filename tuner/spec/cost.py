@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lm_tuner.models.flops import forward_flops_per_token, training_flops_per_token
+from lm_tuner.trainers import Schedule
+from lm_tuner.tuner.spec.budget_plan import BudgetTooSmall, family_speeds, family_steps, plan_budget
 from lm_tuner.tuner.spec.document import StudySpec
 from lm_tuner.tuner.spec.estimate import (
     CorpusSize,
@@ -28,7 +30,7 @@ from lm_tuner.tuner.spec.estimate import (
     parallel_trials,
     validation_tokens_per_turn,
 )
-from lm_tuner.tuner.spec.plan import StudyCost, StudyPlan
+from lm_tuner.tuner.spec.plan import BudgetPlan, StudyCost, StudyPlan
 from lm_tuner.tuner.spec.space import trial_setup
 from lm_tuner.tuner.spec.throughput import Device, measured_throughput
 
@@ -76,7 +78,41 @@ def with_counted_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machin
     """The plan with its cost from a FLOP count (`notes`: why the probe did not run, where it was asked to)."""
     speed = counted_speed(spec, plan, machine)
     speed = Speed(speed.timings, speed.source, speed.measured, speed.said, (*(notes or []), *speed.notes), speed.floor)
-    return plan.model_copy(update={"cost": study_cost(spec, plan, size, machine, speed)})
+    return with_cost(spec, plan, size, machine, speed)
+
+
+def with_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Machine, speed: Speed) -> StudyPlan:
+    """The plan with its cost at `speed`; for a study with a compute budget, with the budget's split too (or, where
+    the budget buys too little, the warning a launch would refuse it with)."""
+    budget, warnings = None, list(plan.warnings)
+    if spec.compute_budget is not None and speed.timings:
+        slots = parallel_trials(spec, machine) if _lacking(spec, machine) is None else spec.tuning.concurrency
+        try:
+            budget = plan_budget(spec, family_speeds(spec, speed.timings, size.valid_tokens), slots,
+                                 measured=speed.said)
+        except BudgetTooSmall as error:
+            warnings.append(f"{error} (a launch refuses it)")
+    if budget is not None:
+        plan = budgeted_estimates(plan, budget)
+    return plan.model_copy(update={"cost": study_cost(spec, plan, size, machine, speed, budget), "budget": budget,
+                                   "warnings": warnings})
+
+
+def budgeted_estimates(plan: StudyPlan, budget: BudgetPlan) -> StudyPlan:
+    """The probe's estimates where a compute budget decides how far trials train: a trial is a finalist's run to the
+    top rung, and the study ends when the budget's split says."""
+    families = []
+    for family in plan.families:
+        estimate = family.estimate
+        if estimate is not None:
+            steps = budget.family(family.family).top_steps
+            turns = steps // budget.steps_per_turn
+            trial = steps * estimate.step_seconds + turns * estimate.evaluation_seconds
+            estimate = estimate.model_copy(update={"turns": turns, "trial_seconds": trial,
+                                                   "evaluation_share": turns * estimate.evaluation_seconds / trial})
+        families.append(family.model_copy(update={"estimate": estimate}))
+    study = plan.estimate and plan.estimate.model_copy(update={"study_seconds": budget.expected_seconds})
+    return plan.model_copy(update={"families": families, "estimate": study})
 
 
 def counted_speed(spec: StudySpec, plan: StudyPlan, machine: Machine) -> Speed:
@@ -105,8 +141,11 @@ def counted_speed(spec: StudySpec, plan: StudyPlan, machine: Machine) -> Speed:
                  tuple(notes), floor=bool(narrow))
 
 
-def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Machine, speed: Speed) -> StudyCost:
-    """The study's device-hours and duration, each family's stages at its `speed`."""
+def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Machine, speed: Speed,
+               budget: BudgetPlan | None = None) -> StudyCost:
+    """The study's device-hours and duration, each family's stages at its `speed`; the tuning and reruns of a study
+    with a compute budget as its split (`budget`) says, and its duration the split's expected end plus the later
+    stages."""
     device = study_device(spec)
     per_trial = spec.resources.gpus_per_trial if device == "gpu" else spec.resources.cpus_per_trial
     lacking = _lacking(spec, machine)
@@ -125,7 +164,8 @@ def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Mach
         runs = {"tuning": spec.tuning.trials}
         if spec.reruns is not None:
             runs["reruns"] = spec.reruns.top * spec.reruns.seeds
-        stages = {stage: (count * trial.trial_seconds, trial_tokens * count) for stage, count in runs.items()}
+        stages = {stage: (count * trial.trial_seconds, trial_tokens * count) for stage, count in runs.items()} \
+            if budget is None else budgeted_stages(budget, family.family, timing, schedule, size.valid_tokens)
         training_tokens += sum(tokens.training for _, tokens in stages.values())
         token_seconds = timing.step_seconds / (schedule.batch_size * schedule.bptt)
         for stage, tokens in later_stages(spec, size).items():
@@ -134,7 +174,8 @@ def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Mach
         for stage, (stage_seconds, tokens) in stages.items():
             seconds[stage] = seconds.get(stage, 0.0) + stage_seconds
             flops += tokens.forward * forward_flops_per_token(model) + tokens.training * training_flops_per_token(model)
-    wall = sum(seconds.values()) / slots
+    wall = sum(seconds.values()) / slots if budget is None else \
+        budget.expected_seconds + sum(value for stage, value in seconds.items() if stage not in BUDGETED) / slots
     cost = StudyCost(
         source=speed.source, measured=speed.measured, notes=list(speed.notes), lower_bound=speed.floor,
         device=device, unit="GPU-hours" if device == "gpu" else "core-hours",
@@ -143,6 +184,28 @@ def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Mach
         flops=flops, training_tokens=round(training_tokens), parallel_trials=slots, wall_seconds=wall,
         on_this_machine=lacking is None, over_a_day=wall > DAY_SECONDS, summary="", not_included=_not_included(spec))
     return cost.model_copy(update={"summary": cost_line(cost, speed.said, lacking)})
+
+
+BUDGETED = ("tuning", "reruns")
+"""The stages a compute budget pays for."""
+
+
+def budgeted_stages(budget: BudgetPlan, family: str, timing: ProbeTiming, schedule: Schedule,
+                    valid_tokens: int) -> dict[str, tuple[float, Tokens]]:
+    """Slot-seconds and tokens of a family's rungs and reruns, as its compute budget splits them."""
+    planned = budget.family(family)
+    per_turn = validation_tokens_per_turn(schedule, valid_tokens)
+    turn_seconds = schedule.steps_per_turn * timing.step_seconds + timing.evaluation_seconds_per_token * per_turn
+
+    def stage(steps: int) -> tuple[float, Tokens]:
+        turns = steps / schedule.steps_per_turn
+        return turns * turn_seconds, Tokens(forward=turns * per_turn, training=steps * budget.tokens_per_step)
+
+    reruns = budget.reruns * planned.top_steps
+    stages = {"tuning": stage(family_steps(planned.rungs))}
+    if reruns:
+        stages["reruns"] = stage(reruns)
+    return stages
 
 
 def _lacking(spec: StudySpec, machine: Machine) -> str | None:

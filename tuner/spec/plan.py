@@ -100,6 +100,49 @@ class StudyCost(BaseModel):
     not_included: list[str]
 
 
+class Rung(BaseModel):
+    configurations: int = Field(description="configurations of the family trained this far")
+    steps: int = Field(description="optimisation steps from the start of a configuration to the end of this rung")
+    tokens: int = Field(description="training tokens from the start of a configuration to the end of this rung")
+
+
+class FamilyBudget(BaseModel):
+    family: str
+    rungs: list[Rung]
+    tokens: int = Field(description="training tokens of all the family's configurations (and reruns)")
+    device_seconds: float = Field(description="expected device-seconds of it, evaluations included")
+    tokens_per_second: float = Field(description="training tokens per device-second, as measured for the plan")
+
+    @property
+    def top_steps(self) -> int:
+        return self.rungs[-1].steps
+
+    def rung_of_step(self, step: int) -> int | None:
+        """The rung that ends at `step`, if one does."""
+        return next((index for index, rung in enumerate(self.rungs) if rung.steps == step), None)
+
+
+class BudgetPlan(BaseModel):
+    """A study's compute budget, split among its families and their rungs."""
+
+    unit: Literal["core-hours", "GPU-hours", "wall minutes"]
+    amount: float = Field(description="the budget, in `unit`")
+    budget_seconds: float = Field(description="the budget in device-seconds (wall minutes: slot-seconds)")
+    equal: Literal["tokens", "compute"]
+    reduction_factor: int
+    steps_per_turn: int
+    tokens_per_step: int
+    parallel_trials: int
+    families: list[FamilyBudget]
+    expected_seconds: float = Field(description="wall-clock seconds until the last rung ends, with "
+                                                "`parallel_trials` at a time")
+    reruns: int = Field(0, description="reruns of each family's best configurations, trained as far as its finalists")
+    measured: str = Field("", description="where the speeds come from")
+
+    def family(self, name: str) -> FamilyBudget:
+        return next(budget for budget in self.families if budget.family == name)
+
+
 class StudyPlan(BaseModel):
     study: str
     parameter_budget: int
@@ -107,6 +150,8 @@ class StudyPlan(BaseModel):
     families: list[FamilyPlan]
     estimate: StudyEstimate | None = None
     cost: StudyCost | None = None
+    budget: BudgetPlan | None = Field(None, description="a study with a compute_budget: how it is split among the "
+                                                        "families and their rungs")
     warnings: list[str]
     notes: list[str] = Field(default_factory=list, description="what to know that is no problem: how to get data "
                                                                "that is not downloaded yet")
