@@ -65,7 +65,7 @@ def test_small_twin_mirrors_the_full_size_space(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mogrifier_ptb_char"])  # one twin (about 35 s): every twin runs the same stages
+@pytest.mark.parametrize("name", ["mogrifier_ptb_char"])  # one twin (about a minute): every twin runs the same stages
 def test_small_twin_runs_every_stage(name, ray_cluster, sqlite_url, tmp_path):
     document = (SPACES / "small" / f"{name}.yaml").read_text()
     spec = parse_spec(document)
