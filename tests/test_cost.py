@@ -168,10 +168,10 @@ def test_more_than_a_day_is_said_in_the_one_line():
 
 def test_launch_states_the_cost_before_the_warnings():
     printed: list[str] = []
-    spec = parse_spec(yaml.safe_dump(TINY_SPEC))
-    _print_warnings(spec, 20, SimpleNamespace(print=printed.append))
+    narrow = {**TINY_SPEC, "dataset": {**TINY_SPEC["dataset"], "vocab_size": 300}}  # hidden sizes below 128: warned
+    _print_warnings(parse_spec(yaml.safe_dump(narrow)), 300, SimpleNamespace(print=printed.append))
     assert printed[0].startswith("[dim]cost: at least ") and "core-hours" in printed[0]
-    assert any("warning:" in line for line in printed[1:])
+    assert len(printed) > 1 and all(line.startswith("[yellow]warning:[/yellow] ") for line in printed[1:])
 
 
 def test_the_cost_travels_as_json():
