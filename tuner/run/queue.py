@@ -18,6 +18,7 @@ from lm_tuner.tuner.run.controller import (
     run_claimed_study,
     this_controller,
 )
+from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -76,7 +77,8 @@ def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = Fa
             if run_sensitivity_requests(settings):
                 continue
             if owns_ray and ray.is_initialized():
-                ray.shutdown()
+                with signal_handlers_kept():  # Ray's shutdown can put back the SIGTERM handler of its own start
+                    ray.shutdown()
                 log.info("queue empty: Ray shut down until the next study")
             if once:
                 break
