@@ -220,8 +220,8 @@ def worker(
                                                "cannot be read or downloaded, it is refused), besides its one line")
     ] = False,
 ) -> None:
-    """Run studies submitted over REST (queued in the database), one at a time. While the queue is empty, the
-    local Ray it started is shut down (the next study starts it again).
+    """Run studies submitted over REST (queued in the database), one at a time. Once the queue has been empty for
+    10 s, the local Ray it started is shut down (the next study starts it again).
 
     SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
     interrupted, to run again), every child process ends; exit status 0."""

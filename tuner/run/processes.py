@@ -107,6 +107,25 @@ def signal_handlers_kept() -> Iterator[None]:
                 signal.signal(number, handler)
 
 
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Run code during which a stop must wait (ray.shutdown swaps SIGTERM's handler while it runs): SIGINT and SIGTERM
+    are blocked, the process's handlers put back afterwards, then the signals unblocked, so that one sent meanwhile
+    is handled as any other."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def die_with_parent(parent: int) -> None:
     """Receive SIGTERM when process `parent` exits (Linux; a no-op elsewhere): for a child that runs in a process
     group of its own, which no signal from the terminal reaches, so that it never outlives the command it serves."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import ray
 from sqlalchemy import select, update
@@ -18,7 +19,7 @@ from lm_tuner.tuner.run.controller import (
     run_claimed_study,
     this_controller,
 )
-from lm_tuner.tuner.run.processes import signal_handlers_kept
+from lm_tuner.tuner.run.processes import stop_signals_held
 from lm_tuner.tuner.run.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
 from lm_tuner.tuner.settings import Settings
 from lm_tuner.tuner.spec import StudySpec
@@ -61,29 +62,37 @@ def claim_next_study(url: str) -> StudySpec | None:
     return None
 
 
+RAY_IDLE_SECONDS = 10.0
+"""How long both queues stay empty before a worker shuts down the Ray it started (a study submitted meanwhile reuses
+it; a stop that comes as a study ends does not land in the shutdown)."""
+
+
 def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
-               stop: threading.Event | None = None) -> int:
+               stop: threading.Event | None = None, ray_idle_seconds: float = RAY_IDLE_SECONDS) -> int:
     """Run queued studies, then queued sensitivity runs, until stopped (or, with `once`, until both queues are
-    empty); returns how many studies ran. A private local Ray that the worker starts is shut down whenever both
-    queues are empty (its processes hold a gigabyte or more) and started again by the next study; a Ray this process
-    had before the worker started is left to its owner."""
+    empty); returns how many studies ran. A private local Ray that the worker starts is shut down once both queues
+    have been empty for `ray_idle_seconds` (its processes hold a gigabyte or more) and started again by the next
+    study; a Ray this process had before the worker started is left to its owner."""
     ensure_schema(settings.storage_url)
     stop = stop or threading.Event()
     owns_ray = not ray.is_initialized() and ray_address(settings) == "local"
-    ran = 0
+    ran, idle_since = 0, None
     while not stop.is_set():
         spec = claim_next_study(settings.storage_url)
         if spec is None:
             if run_sensitivity_requests(settings):
+                idle_since = None
                 continue
-            if owns_ray and ray.is_initialized():
-                with signal_handlers_kept():  # Ray's shutdown can put back the SIGTERM handler of its own start
+            idle_since = idle_since or time.monotonic()
+            if owns_ray and ray.is_initialized() and (once or time.monotonic() - idle_since >= ray_idle_seconds):
+                with stop_signals_held():  # a stop waits for the shutdown, and keeps this process's handlers
                     ray.shutdown()
                 log.info("queue empty: Ray shut down until the next study")
             if once:
                 break
             stop.wait(poll_seconds)
             continue
+        idle_since = None
         log.info("running study %s", spec.name)
         try:
             status = run_claimed_study(spec, settings)
