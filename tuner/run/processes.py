@@ -115,14 +115,11 @@ def stop_signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    kept = {number: signal.getsignal(number) for number in STOP_SIGNALS}
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        yield
+        with signal_handlers_kept():
+            yield
     finally:
-        for number, handler in kept.items():
-            if handler is not None:
-                signal.signal(number, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
