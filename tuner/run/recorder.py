@@ -50,7 +50,11 @@ class StudyRecorder(Callback):
             return  # a failure (the searcher records it) or a stage-2 result, which has no learning curve
         trial_id = trial.config["optuna_trial_id"]
         with sessions(self._url).begin() as session:
-            # A trial retried from a checkpoint reports its turns again: the latest report wins.
+            held = session.scalar(select(TurnRecord).where(TurnRecord.trial_id == trial_id,
+                                                           TurnRecord.turn == result["turn"]))
+            if held is not None and (held.step, held.wall_seconds) == (result["step"], result["wall_seconds"]):
+                return  # a resumed trial telling a restored turn again (train's report_restored): recorded already
+            # A trial retried from a checkpoint trains some turns again: the latest report wins.
             session.execute(delete(TurnRecord).where(TurnRecord.trial_id == trial_id,
                                                      TurnRecord.turn == result["turn"]))
             session.add(TurnRecord(trial_id=trial_id, **{name: result.get(name) for name in TURN_FIELDS}))
