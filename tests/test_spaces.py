@@ -21,6 +21,7 @@ SPACES = Path(__file__).parent.parent / "spaces"
 FULL_SIZE = ["lstm_ptb", "mogrifier_ptb", "rlstm_ptb", "mogrifier_rlstm_ptb", "mogrifier_wt2", "mogrifier_enwik8",
              "mogrifier_ptb_char", "ptb_comparison", "awd_lstm_ptb", "transformer_vs_mogrifier_ptb"]
 SOURCED = [*FULL_SIZE, *(f"small/{name}" for name in FULL_SIZE)]
+CPU_SIZED = ["ptb_comparison_cpu"]  # real corpora, sized for a few CPU cores: this project's own values
 PTB_CHAR = [name for name in SOURCED if name.endswith("ptb_char")]
 VOCABULARY = {"ptb": 10_000, "wikitext-2": 33_279, "ptb-char": 50, "enwik8": 206}  # with <eos>
 
@@ -82,16 +83,25 @@ def test_every_shipped_comparison_reruns_each_family_s_best_with_three_seeds_or_
     """A winner is named only where the reruns' seeds separate it (the 95% interval of the difference excludes 0):
     every shipped space comparing families gives it three seeds or more a family."""
     comparisons = [path for path in sorted(SPACES.rglob("*.yaml")) if len(load_spec(path).families) > 1]
-    assert {path.stem for path in comparisons} == {"quickstart", "ptb_comparison", "transformer_vs_mogrifier_ptb"}
+    assert {path.stem for path in comparisons} == {"quickstart", "ptb_comparison", "transformer_vs_mogrifier_ptb",
+                                                   "ptb_comparison_cpu"}
     short = [path.relative_to(SPACES).as_posix() for path in comparisons
              if load_spec(path).reruns is None or load_spec(path).reruns.seeds < 3]
     assert short == []
 
 
-def test_every_space_but_quickstart_is_checked_for_sources():
+def test_every_space_but_the_project_s_own_is_checked_for_sources():
     shipped = {path.relative_to(SPACES).with_suffix("").as_posix() for path in SPACES.rglob("*.yaml")}
-    assert shipped - set(SOURCED) == {"quickstart"}
-    assert "Every value here is this project's choice" in (SPACES / "quickstart.yaml").read_text()
+    assert shipped - set(SOURCED) == {"quickstart", *CPU_SIZED}
+    for name in ("quickstart", *CPU_SIZED):
+        assert "Every value here is this project's choice" in (SPACES / f"{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", CPU_SIZED)
+def test_a_cpu_sized_real_corpus_space_has_a_budget_for_the_whole_study_and_starts_from_the_priors(name):
+    spec = load_spec(SPACES / f"{name}.yaml")
+    assert spec.dataset.name in VOCABULARY and spec.compute_budget is not None and spec.tuning.priors
+    assert spec.training.validation_tokens is not None  # turns score a subset: evaluation does not eat the budget
 
 
 def value_spans(node: Node) -> list[tuple[int, int]]:
