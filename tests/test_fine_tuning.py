@@ -197,7 +197,7 @@ def test_the_spec_names_the_fine_tuning_field_at_fault(tiny_spec, fine_tuning, f
 
 def test_the_plan_counts_every_fine_tuning_turn_the_budget_allows():
     timing = ProbeTiming(step_seconds=0.5, evaluation_seconds_per_token=0.001, cpu_per_wall=1.0)
-    size = CorpusSize(vocab_size=20, train_tokens=16_001, valid_tokens=1_000)
+    size = CorpusSize(vocab_size=20, train_tokens=16_001, valid_tokens=1_000, test_tokens=1_000)
     main = estimate_trial(Schedule(turns=3, steps_per_turn=10, eval_batch_size=10), timing, size)
     as_long = estimate_trial(Schedule(turns=3, steps_per_turn=10, eval_batch_size=10,
                                       fine_tuning=FineTuningConfig(enabled=True)), timing, size)

@@ -102,8 +102,9 @@ def test_compose_services_are_wired_together():
 def test_setup_says_what_each_step_does_before_it_starts(tmp_path):
     """pip runs quietly and the installs take a minute or more: `make setup` names each step first (a dry run here:
     nothing is installed)."""
-    dry = subprocess.run(["make", "-n", "-B", f"VENV={tmp_path / 'venv'}", "setup"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    # --no-print-directory: run under `make test` (as CI runs the suite), make says where it enters and leaves
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "-B", f"VENV={tmp_path / 'venv'}", "setup"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
 
