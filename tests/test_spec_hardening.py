@@ -283,3 +283,14 @@ def test_shown_cuts_long_values_and_never_writes_huge_integers():
     assert shown("x" * 1000).endswith("... (1,002 characters)") and len(shown("x" * 1000)) < 90
     assert shown(10**5000) == "an integer of 16,610 bits"
     assert shown([1, 2]) == "[1, 2]"
+
+
+@pytest.mark.parametrize("dataset, field", [
+    ({"generator": "markov", "vocab_size": 20, "train_tokens": 2_000_000_000}, "dataset.train_tokens"),
+    ({"generator": "reverse-copy", "symbols": 10, "length": 4, "train_examples": 2_000_000_000},
+     "dataset.train_examples")])
+def test_a_generated_corpus_too_large_to_hold_is_refused_before_anything_generates_it(dataset, field):
+    """Whoever generates a corpus holds it in memory (a worker, for a study submitted over REST): 2 billion tokens
+    would take it down, so the spec refuses it, naming the field and the bound."""
+    with pytest.raises(SpecError, match=rf"{field}: .*less than or equal to"):
+        parse_spec(yaml.safe_dump({**TINY_SPEC, "dataset": dataset}))

@@ -34,9 +34,10 @@ class MarkovCorpusConfig(BaseModel):
     branching: int = Field(4, ge=1, description="possible successors of each context")
     eos_probability: float = Field(0.05, gt=0, lt=1, description="chance that a sentence ends after a token")
     concentration: float = Field(0.5, gt=0, description="Dirichlet concentration of successor weights")
-    train_tokens: int = Field(100_000, ge=100)
-    valid_tokens: int = Field(10_000, ge=100)
-    test_tokens: int = Field(10_000, ge=100)
+    # bounded: a process that generates a corpus holds it in memory (100M tokens: 0.8 GB), whoever asked for it
+    train_tokens: int = Field(100_000, ge=100, le=100_000_000)
+    valid_tokens: int = Field(10_000, ge=100, le=10_000_000)
+    test_tokens: int = Field(10_000, ge=100, le=10_000_000)
     seed: int = Field(0, ge=0, description="seeds the generator")
 
     @model_validator(mode="after")
@@ -151,9 +152,10 @@ class ReverseCopyConfig(BaseModel):
     generator: Literal["reverse-copy"] = "reverse-copy"
     symbols: int = Field(100, ge=2, le=100_000, description="distinct symbols to copy")
     length: int = Field(20, ge=1, le=10_000, description="symbols per example before the <sep> marker")
-    train_examples: int = Field(5_000, ge=1)
-    valid_examples: int = Field(500, ge=1)
-    test_examples: int = Field(500, ge=1)
+    # bounded: a process that generates a corpus holds it in memory, whoever asked for it
+    train_examples: int = Field(5_000, ge=1, le=1_000_000)
+    valid_examples: int = Field(500, ge=1, le=100_000)
+    test_examples: int = Field(500, ge=1, le=100_000)
     seed: int = Field(0, ge=0, description="seeds the generator")
 
 
