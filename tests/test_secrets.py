@@ -184,3 +184,11 @@ def _worker_connected_to_postgres(parent: int, seconds: float, log: Path) -> psu
                 continue
         time.sleep(0.5)
     raise AssertionError(f"serve's worker did not connect to PostgreSQL; serve's output:\n{log.read_text()}")
+
+
+def test_a_private_url_and_its_text_share_one_engine_and_one_optuna_storage(tmp_path):
+    from lm_tuner.tuner.store.engine import engine_for, optuna_storage
+
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    assert engine_for(PrivateUrl(url)) is engine_for(url)  # one connection pool per database, not two
+    assert optuna_storage(PrivateUrl(url)) is optuna_storage(url)

@@ -62,8 +62,14 @@ def _engine_kwargs(url: str, *, ping: bool = True) -> dict[str, Any]:
     return {"pool_pre_ping": ping}
 
 
-@lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
+    """One engine per database, whether its URL comes as a PrivateUrl or as plain text (a cache keyed on the URL as
+    given made two, with two connection pools)."""
+    return _engine(str(url))
+
+
+@lru_cache(maxsize=8)
+def _engine(url: str) -> Engine:
     url = normalize_url(url)
     return _configured(create_engine(url, **_engine_kwargs(url)), url)
 
@@ -120,9 +126,14 @@ def sessions(url: str) -> sessionmaker[Session]:
     return sessionmaker(engine_for(url), expire_on_commit=False)
 
 
-@lru_cache(maxsize=8)
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's storage on the same database; creating it also creates Optuna's tables."""
+    """Optuna's storage on the same database, one whether its URL comes as a PrivateUrl or as plain text; creating it
+    also creates Optuna's tables."""
+    return _optuna_storage(str(url))
+
+
+@lru_cache(maxsize=8)
+def _optuna_storage(url: str) -> optuna.storages.RDBStorage:
     url = normalize_url(url)
     storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
     _watch_sqlite_file(storage.engine, url)
