@@ -112,6 +112,19 @@ def test_family_speeds_count_device_seconds_of_cpu_time_or_gpus() -> None:
     assert gpu.step_device == pytest.approx(0.25)
 
 
+def test_the_plan_counts_device_seconds_in_the_unit_its_trials_hold(capsys: pytest.CaptureFixture[str]) -> None:
+    from lm_tuner.tuner.cli.budget_report import print_budget
+
+    for resources, unit, column in (({"cpus_per_trial": 1}, "core-hours", "core-h"),
+                                    ({"gpus_per_trial": 0.5}, "GPU-hours", "GPU-h")):
+        plan = plan_budget(parse_spec(budgeted({"wall_minutes": 30}, resources=resources)), SPEEDS,
+                           parallel_trials=2)
+        assert plan.device_unit == unit
+        print_budget(plan)
+        header = next(line for line in capsys.readouterr().out.splitlines() if "tokens/s" in line)
+        assert f" {column} " in header and {"core-h", "GPU-h"} - {column} & set(header.split()) == set()
+
+
 def test_the_rung_sampler_learns_from_results_at_a_rung() -> None:
     """Configurations that wait at a rung (RUNNING, with a result at the rung's turn) are what the model is fitted
     to: the proposals close in on the best x although no trial is complete."""

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def print_budget(plan: BudgetPlan) -> None:
     from lm_tuner.tuner.spec.cost import duration
 
-    unit = "GPU-h" if plan.unit == "GPU-hours" else "core-h"
+    unit = "GPU-h" if plan.device_unit == "GPU-hours" else "core-h"
     console.print(f"budget: {plan.amount:g} {plan.unit}, the same {plan.equal} for every family; successive halving "
                   f"at reduction factor {plan.reduction_factor}, rungs in training tokens (speeds {plan.measured})",
                   markup=False)

@@ -107,7 +107,8 @@ def plan_budget(spec: StudySpec, speeds: Sequence[FamilySpeed], parallel_trials:
             family=family, rungs=rungs, tokens=trained * tokens_per_step,
             device_seconds=trained * (speed.step_device + speed.evaluation_device / turn),
             tokens_per_second=tokens_per_step / speed.step_device if speed.step_device > 0 else math.inf))
-    return BudgetPlan(unit=unit, amount=amount, budget_seconds=seconds, equal=budget.equal,
+    device_unit = "GPU-hours" if spec.resources.gpus_per_trial > 0 else "core-hours"
+    return BudgetPlan(unit=unit, amount=amount, budget_seconds=seconds, device_unit=device_unit, equal=budget.equal,
                       reduction_factor=budget.reduction_factor, steps_per_turn=turn, tokens_per_step=tokens_per_step,
                       parallel_trials=parallel_trials, families=families,
                       expected_seconds=expected_wall_seconds(families, by_family, parallel_trials, turn, reruns),

@@ -128,6 +128,8 @@ class BudgetPlan(BaseModel):
     unit: Literal["core-hours", "GPU-hours", "wall minutes"]
     amount: float = Field(description="the budget, in `unit`")
     budget_seconds: float = Field(description="the budget in device-seconds (wall minutes: slot-seconds)")
+    device_unit: Literal["core-hours", "GPU-hours"] = Field(
+        "core-hours", description="what the families' device-seconds count: CPU cores, or GPUs where trials hold them")
     equal: Literal["tokens", "compute"]
     reduction_factor: int
     steps_per_turn: int
