@@ -39,6 +39,12 @@ class _Window(nn.Module):
         return outputs, h, c
 
 
+def captured_graphs(model: nn.Module) -> int:
+    """How many training windows of `model`'s layers are captured as CUDA graphs so far. A capture takes seconds (its
+    warm-up runs, kernels compiled on the first): whoever times steps waits until a step captures none."""
+    return sum(len(_graphs.get(module, ())) for module in model.modules() if isinstance(module, RecurrentLayer))
+
+
 def run_layer(layer: nn.Module, inputs: Tensor, state: State, state_mask: Tensor | None,
               use_graphs: bool) -> tuple[Tensor, State]:
     """The layer over a window, replaying its CUDA graph where one serves (see the module's docstring).

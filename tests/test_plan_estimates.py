@@ -74,3 +74,22 @@ def test_the_pass_timings_stop_where_another_try_would_outlast_their_share(monke
     run = SimpleNamespace(schedule=SimpleNamespace(bptt=4), validation=torch.zeros(13, 2), model=None)
     cost = probe._pass_cost(run, searched=False, seconds=budget)
     assert passes == [5, 13] * tries and cost.per_window >= 0
+
+
+def test_steps_are_timed_after_warming_up_and_on_a_gpu_never_on_the_first():
+    """On an H200 the probe timed a 24M LSTM's step at 3.2 s, its first (Triton kernels built, CUDA graphs captured):
+    a real trial's steps took 37 ms, and the study's plan found its 3-minute budget 90x too small."""
+
+    def action(durations):
+        runs = iter(durations)
+        return lambda: time.sleep(next(runs))
+
+    # a GPU: untimed while a step captures graphs (here the first three), then the steady steps, the first included
+    captures = iter([True, True, False])
+    timed = probe._timed(action([0.3, 0.2, 0.2, 0.01] + [0.01] * 60), 0.05, warming=lambda: next(captures, False))
+    assert timed and max(timed) < 0.1
+    # a slow first step on a GPU is never the measurement, also where it outlasts the time
+    assert max(probe._timed(action([0.3] + [0.01] * 60), 0.05, warming=lambda: False)) < 0.1
+    # a CPU: a first step that outlasts the time is measured (a shape too slow to run twice); else it is left out
+    assert probe._timed(action([0.1, 0.01]), 0.05) == [pytest.approx(0.1, abs=0.05)]
+    assert max(probe._timed(action([0.04] + [0.001] * 60), 0.05)) < 0.03

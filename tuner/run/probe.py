@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from lm_tuner.models.cuda_graphs import captured_graphs
 from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
 from lm_tuner.trainers.corpus_stats import out_of_vocabulary_warnings
 from lm_tuner.trainers.datasets import RegisteredDatasetConfig, known_vocabulary_size, unreadable_data
@@ -47,6 +48,7 @@ MAX_TIMED_RUNS = 50  # training steps or evaluations
 EVALUATION_WINDOWS = 4  # per validation stream, at most: the probe scores the turns' streams, this far along
 PASS_TRIES = 5  # timings of a validation pass on one window and on all, each, at most
 PASS_SHARE = 0.1  # of each family's probe time, for those timings without and again with the temperature search
+WARM_UP_LIMIT = 60.0  # seconds a GPU probe waits, at most, for a model's first steps to stop capturing CUDA graphs
 _PROBING = threading.Lock()
 
 
@@ -165,9 +167,9 @@ def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: flo
 
 def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds: float,
                  device: torch.device) -> ProbeTiming:
-    """Time training steps for TRAINING_SHARE of `seconds`, then turns' evaluations for the rest. The first of each
-    warms up (kernels are built and memory allocated) and is left out where there are others; a shape so slow that
-    one step outlasts the time is measured on that one step and one evaluation."""
+    """Time training steps for TRAINING_SHARE of `seconds`, then turns' evaluations for the rest, each after untimed
+    runs that warm up (`_timed`; on a GPU until no step captures a CUDA graph); on a CPU a shape so slow that one
+    step outlasts the time is measured on that one step and one evaluation."""
     setup = trial_setup(spec, family.family, family.median_point, size.vocab_size, seed=spec.tuning.seed)
     layout = ValidationLayout.of(spec.training, size.valid_tokens)
     # A turn is one step; the validation split is the turns' streams, EVALUATION_WINDOWS windows long at most.
@@ -177,13 +179,15 @@ def probe_family(spec: StudySpec, family: FamilyPlan, size: CorpusSize, seconds:
                       _random_corpus(size.vocab_size, schedule.batch_size, layout.streams,
                                      schedule.bptt * layout.probed_windows + 1, schedule.bptt),
                       device)
+    on_gpu = device.type == "cuda"
     cpu, wall = time.process_time(), time.perf_counter()
-    steps = _timed(run.train_turn, wall + seconds * TRAINING_SHARE)  # a step ends on its loss's .item()
+    # a step ends on its loss's .item()
+    steps = _timed(run.train_turn, seconds * TRAINING_SHARE, warming=_capturing(run.model) if on_gpu else None)
     cpu_per_wall = (time.process_time() - cpu) / (time.perf_counter() - wall)
     # a turn's evaluation (every weight average it scores), each after a step as in a trial
     passes_before, evaluated = run.validation_passes, []
-    evaluations = _timed(lambda: evaluated.append(run.evaluate()), time.perf_counter() + seconds * (1 - TRAINING_SHARE),
-                         before=run.train_turn)
+    evaluations = _timed(lambda: evaluated.append(run.evaluate()), seconds * (1 - TRAINING_SHARE),
+                         before=run.train_turn, warming=(lambda: False) if on_gpu else None)
     turn_seconds = layout.turn_seconds(statistics.median(evaluations),
                                        (run.validation_passes - passes_before) / len(evaluated),
                                        _pass_cost(run, searched=False, seconds=seconds * PASS_SHARE),
@@ -264,23 +268,45 @@ def _pass_cost(run: TrainingRun, *, searched: bool, seconds: float) -> PassCost:
     return PassCost(fixed=max(0.0, every - per_window * windows), per_window=per_window)
 
 
-def _duration(action: Callable[[], object]) -> float:
+def _duration(action: Callable[[], object], before: Callable[[], object] | None = None) -> float:
+    if before is not None:
+        before()
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
 
 
-def _timed(action: Callable[[], object], until: float, before: Callable[[], object] | None = None) -> list[float]:
-    """Durations of `action` (each after an untimed `before`, if given) repeated until `until` (at least once, at
-    most MAX_TIMED_RUNS times), without the first where there are others."""
+def _timed(action: Callable[[], object], seconds: float, before: Callable[[], object] | None = None,
+           warming: Callable[[], bool] | None = None) -> list[float]:
+    """Durations of `action` (each after an untimed `before`, if given) repeated for `seconds` (at least once, at most
+    MAX_TIMED_RUNS times) after a first run that warms up (kernels are built, memory allocated) and is not timed.
+
+    `warming`, on a GPU: whether the run before was warming up too (it captured a CUDA graph: seconds, where a
+    replay takes milliseconds); runs go on untimed while it says so, WARM_UP_LIMIT seconds at most. Without it (a
+    CPU), a first run that outlasts `seconds` is the measurement: a shape too slow to run twice."""
+    first = _duration(action, before)
+    if warming is None and first > seconds:
+        return [first]
+    if warming is not None:
+        deadline = time.perf_counter() + WARM_UP_LIMIT
+        while warming() and time.perf_counter() < deadline:
+            _duration(action, before)
     durations: list[float] = []
+    until = time.perf_counter() + seconds
     while not durations or (time.perf_counter() < until and len(durations) < MAX_TIMED_RUNS):
-        if before is not None:
-            before()
-        started = time.perf_counter()
-        action()
-        durations.append(time.perf_counter() - started)
-    return durations[1:] or durations
+        durations.append(_duration(action, before))
+    return durations
+
+
+def _capturing(model: torch.nn.Module) -> Callable[[], bool]:
+    """Whether `model`'s last training step captured a CUDA graph."""
+    counts = [captured_graphs(model)]
+
+    def captured() -> bool:
+        counts.append(captured_graphs(model))
+        return counts[-1] != counts[-2]
+
+    return captured
 
 
 def _random_corpus(vocab_size: int, batch_size: int, streams: int, stream_tokens: int, bptt: int) -> Corpus:
