@@ -64,6 +64,12 @@ def run_layer(layer: nn.Module, inputs: Tensor, state: State, state_mask: Tensor
         if len(graphs) >= MAX_GRAPHS_PER_LAYER:
             return layer(inputs, state, state_mask)
         samples = tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in args)
+        # The capture warms the window up on a side stream, where the parameters' gradient accumulators are made;
+        # later backward passes on the default stream then warn of the mismatch at every step (torch synchronises
+        # the two, which is all the warning is about), ten lines into every plan and trial log on a GPU.
+        quiet = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)  # not in older torch
+        if quiet is not None:
+            quiet(False)
         graphs[key] = torch.cuda.make_graphed_callables(_Window(layer), samples)
     outputs, h, c = graphs[key](*args)
     return outputs, (h, c)
