@@ -64,6 +64,12 @@ def test_the_measurement_of_this_kind_is_taken_else_a_stated_default():
     (why,) = unknown.notes
     assert "this CPU (99/1/1) was not measured: the slowest CPU measured" in why and "the trial's 4" in why
 
+    # another stepping of a measured model (6/207/1 where 6/207/2 was measured) is taken as that model, said so
+    revision = measured_throughput(["lstm"], device="cpu", threads=2, cpu_kind="6/207/1", gpu_name=None,
+                                   character_level=False)
+    assert revision.measured.endswith("(cell_throughput_cpu_2threads_intel_emerald_rapids.json)")
+    assert revision.notes == ("this CPU (6/207/1) was not measured: another stepping of its model, 6/207/2",)
+
     assert "h200" in measured_throughput(["mogrifier"], device="gpu", threads=16, cpu_kind=None,
                                          gpu_name="NVIDIA H200", character_level=False).measured
     default = measured_throughput(["mogrifier"], device="gpu", threads=4, cpu_kind=None, gpu_name=None,

@@ -82,10 +82,21 @@ def _cpu_kind(kinds: list[dict[str, Any]], threads: int, cpu_kind: str | None) -
     for kind in at_threads:
         if kind["cpu_family_model_stepping"] == cpu_kind:
             return kind, why
+    model = _family_and_model(cpu_kind)
+    for kind in at_threads:
+        if model is not None and _family_and_model(kind["cpu_family_model_stepping"]) == model:
+            another = f"this CPU ({cpu_kind}) was not measured: another stepping of its model, " \
+                      f"{kind['cpu_family_model_stepping']}"
+            return kind, "; ".join(filter(None, [another, why]))
     slowest = min(at_threads, key=lambda kind: fmean(kind["word"]["flops_per_second"].values()))
     unmeasured = f"this CPU ({cpu_kind or 'unknown kind'}) was not measured: the slowest CPU measured, so the " \
                  f"estimate errs long"
     return slowest, "; ".join(filter(None, [unmeasured, why]))
+
+
+def _family_and_model(family_model_stepping: str | None) -> str | None:
+    """The processor model of a family/model/stepping ("6/167" of "6/167/1"): its steppings revise one design."""
+    return None if family_model_stepping is None else family_model_stepping.rsplit("/", 1)[0]
 
 
 def _measured_name(name: str, rates: dict[str, float]) -> str | None:
