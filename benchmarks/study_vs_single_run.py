@@ -95,13 +95,10 @@ def study_spec(minutes: float) -> dict[str, Any]:
 def gpu_study_spec(minutes: float) -> dict[str, Any]:
     """The same study at the paper's size on one GPU, a trial at a time: the thesis's ranges, priors first."""
     return {
-        "name": STUDY,
+        **study_spec(minutes),
         "description": "LSTM vs Mogrifier LSTM on PTB at 24M parameters with a compute budget "
                        "(benchmarks/study_vs_single_run.py --device gpu)",
-        "dataset": {"name": "ptb"},
-        "families": list(FAMILIES),
         "parameter_budget": 24_000_000,
-        "compute_budget": {"wall_minutes": minutes, "rungs": 2},
         "training": GPU_TRAINING,
         "fixed": {"num_layers": 2},
         "search_space": GPU_SEARCH_SPACE,
