@@ -129,6 +129,8 @@ class LineageOut(BaseModel):
 class FamilyResultOut(BaseModel):
     family: str
     complete_tuning_trials: int
+    stopped_tuning_trials: int = Field(0, description="tuning trials stopped early: pruned, or left at a lower rung "
+                                                      "of a compute budget")
     best_tuning: float | None
     final_trial_ids: list[int]
     valid: EstimateOut | None

@@ -15,6 +15,7 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import select
 
+from lm_tuner.tuner.analysis.comparison import comparison
 from lm_tuner.tuner.run import budgeting
 from lm_tuner.tuner.run.controller import launch_study
 from lm_tuner.tuner.run.halving import RUNG
@@ -71,6 +72,9 @@ def test_a_budgeted_study_halves_on_rungs_of_equal_tokens(ray_cluster, storage_u
     # the same windows for both: equal tokens, the plan's up to the short windows that end each pass
     assert tokens["lstm"] == tokens["mogrifier"] == pytest.approx((3 * low + (top - low)) * 80, rel=0.01)
     assert plan["families"][0]["tokens"] == (3 * low + (top - low)) * 80
+    # the comparison counts the configurations left at rung 0 as stopped early, not as nothing
+    results = comparison(storage_url, "budgeted").families
+    assert [(r.complete_tuning_trials, r.stopped_tuning_trials) for r in results] == [(1, 2), (1, 2)]
 
 
 def test_a_stopped_study_continues_its_brackets_where_they_stood(sqlite_url, tmp_path):

@@ -94,6 +94,7 @@ class FamilyResult:
     best_at_equal_compute: float | None = None  # and at Comparison.equal_compute_seconds
     final_tokens: float | None = None  # training tokens of its final models, mean per model
     final_compute_seconds: float | None = None  # their device-seconds, mean per model
+    stopped_tuning_trials: int = 0  # tuning trials stopped early: pruned, or left at a lower rung of a compute budget
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,7 @@ def _family_result(url: str, spec: StudySpec, family: str, convert, tuning: Fami
                         reversed_accuracy=_estimate([t.reversed_accuracy for t in finals
                                                      if t.reversed_accuracy is not None]),
                         tokens=None if tokens is None else int(tokens), compute_seconds=seconds,
+                        stopped_tuning_trials=tuning.pruned,
                         tokens_per_second=spent.tokens_per_second,
                         best_at_equal_tokens=convert(at_tokens), best_at_equal_compute=convert(at_compute),
                         final_tokens=_mean_of([t.tokens for t in finals]),
