@@ -55,5 +55,7 @@ def history_figure(trials: pd.DataFrame, y_title: str) -> go.Figure:
                 hovertemplate=f"{family} #%{{x}} failed: %{{customdata}}<extra></extra>"))
     running = int((trials["state"] == "RUNNING").sum())
     empty = "No tuning trial has finished yet" + (f" ({running} running)." if running else ".")
+    last = int(trials["number"].max()) if len(trials) else 1
+    # half a trial of room at both ends: a marker at trial 0 on the axis's edge showed only its right half
     return styled(figure, "Optimisation history", "trial number (per family)", y_title, empty=empty,
-                  x_axis=whole_number_ticks(trials["number"].max() if len(trials) else 1))
+                  x_axis={**whole_number_ticks(last), "range": [-0.5, last + 0.5]})

@@ -88,6 +88,8 @@ def test_history_shows_best_so_far_steps_and_keeps_pruned_and_failed_visible():
     assert traces["lstm pruned"]["x"] == [2] and traces["lstm pruned"]["y"] == [15.0]
     assert traces["lstm failed"]["x"] == [3] and traces["lstm failed"]["customdata"] == ["diverged"]
     assert traces["lstm failed"]["marker"]["symbol"] == "x"
+    # trial 0 and the last trial lie within the axis, not on its edges where half of a marker is cut off
+    assert figure_json(history_figure(trials, "validation perplexity"))["layout"]["xaxis"]["range"] == [-0.5, 5.5]
 
 
 def test_neighbourhood_is_within_fifteen_percent_of_every_range_on_its_scale():
