@@ -93,8 +93,8 @@ def test_an_idle_worker_gives_its_ray_back_and_starts_it_again_for_the_next_stud
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
     queue(url, name="first")
     log = (tmp_path / "worker.log").open("w")
-    process = subprocess.Popen(worker(tmp_path, url, "--poll-seconds", "0.5"), stdout=log, stderr=subprocess.STDOUT,
-                               text=True, env=environment(tmp_path))
+    process = subprocess.Popen(worker(tmp_path, url, "--poll-seconds", "0.5", "--ray-idle-seconds", "1"), stdout=log,
+                               stderr=subprocess.STDOUT, text=True, env=environment(tmp_path))
     try:
         most_ray_processes, deadline = 0, time.monotonic() + 240
         while status(url, "first") != "complete":

@@ -25,6 +25,9 @@ class SettingsError(ValueError):
     """A storage URL or folder that cannot be used; the message names the option."""
 
 
+RAY_IDLE_SECONDS = 10.0
+"""How long both queues stay empty before a worker shuts down the Ray it started (a study submitted meanwhile reuses
+it; a stop that comes as a study ends does not land in the shutdown); `tuner worker --ray-idle-seconds`."""
 EARLIER_HOME = Path("lm-tuner-data")  # the default of versions up to 0.1, in the working folder
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from lm_tuner.tuner.cli.common import (
     stored_study,
 )
 from lm_tuner.tuner.cli.reading import print_study
-from lm_tuner.tuner.settings import Settings, masked_url
+from lm_tuner.tuner.settings import RAY_IDLE_SECONDS, Settings, masked_url
 from lm_tuner.tuner.store import Storage, in_study_store
 
 if TYPE_CHECKING:
@@ -215,13 +215,16 @@ def worker(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster to run trials on")] = None,
     once: Annotated[bool, typer.Option("--once", help="exit when the queue is empty")] = False,
     poll_seconds: Annotated[float, typer.Option(help="how often to look for queued studies")] = 2.0,
+    ray_idle_seconds: Annotated[float, typer.Option(
+        min=0, help="how long the queue stays empty before the local Ray this worker started is shut down (its "
+                    "processes hold a gigabyte or more; the next study starts it again)")] = RAY_IDLE_SECONDS,
     debug: Annotated[bool, typer.Option(
         "--debug", envvar=DEBUG_VARIABLE, help="log the traceback of a study that fails as expected (its data "
                                                "cannot be read or downloaded, it is refused), besides its one line")
     ] = False,
 ) -> None:
     """Run studies submitted over REST (queued in the database), one at a time. Once the queue has been empty for
-    10 s, the local Ray it started is shut down (the next study starts it again).
+    --ray-idle-seconds, the local Ray it started is shut down (the next study starts it again).
 
     SIGINT or SIGTERM stops it cleanly: the study it runs goes back to the queue (its running trials marked
     interrupted, to run again), every child process ends; exit status 0."""
@@ -235,6 +238,6 @@ def worker(
     settings = Settings.from_options(storage, artifacts, address)
     try:
         with stopping_cleanly():
-            run_worker(settings, poll_seconds=poll_seconds, once=once)
+            run_worker(settings, poll_seconds=poll_seconds, once=once, ray_idle_seconds=ray_idle_seconds)
     except KeyboardInterrupt:
         logging.getLogger(__name__).info("worker stopped")

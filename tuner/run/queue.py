@@ -21,7 +21,7 @@ from lm_tuner.tuner.run.controller import (
 )
 from lm_tuner.tuner.run.processes import stop_signals_held
 from lm_tuner.tuner.run.sensitivity import run_queued_sensitivity, studies_with_queued_sensitivity
-from lm_tuner.tuner.settings import Settings
+from lm_tuner.tuner.settings import RAY_IDLE_SECONDS, Settings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.store import claims
 from lm_tuner.tuner.store.engine import ensure_schema, sessions
@@ -60,11 +60,6 @@ def claim_next_study(url: str) -> StudySpec | None:
         if claims.claimed_if_unchanged(url, seen, this_controller()):
             return StudySpec.model_validate(seen.spec)
     return None
-
-
-RAY_IDLE_SECONDS = 10.0
-"""How long both queues stay empty before a worker shuts down the Ray it started (a study submitted meanwhile reuses
-it; a stop that comes as a study ends does not land in the shutdown)."""
 
 
 def run_worker(settings: Settings, *, poll_seconds: float = 2.0, once: bool = False,
