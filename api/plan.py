@@ -13,7 +13,8 @@ from lm_tuner.api.data_access import DataAccess, DataAccessDep
 from lm_tuner.api.deps import Unauthorized, Writer
 from lm_tuner.api.schemas import SpecErrorsOut
 from lm_tuner.api.submission import SPEC_BODY, SPEC_RESPONSES, parsed_spec, read_spec, spec_errors
-from lm_tuner.tuner.run.probe import DatasetUnavailable, study_plan
+from lm_tuner.tuner.run.probe import study_plan
+from lm_tuner.tuner.run.study_data import DatasetUnavailable
 from lm_tuner.tuner.spec import SpecError, SpecIssue
 from lm_tuner.tuner.spec.plan import StudyPlan
 

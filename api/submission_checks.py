@@ -11,7 +11,8 @@ from __future__ import annotations
 from lm_tuner.trainers import RegisteredDatasetConfig, registered
 from lm_tuner.trainers.datasets import known_vocabulary_size
 from lm_tuner.trainers.registry import how_to_get, is_fetched
-from lm_tuner.tuner.run.probe import DatasetUnavailable, corpus_size, data_warnings, this_machine, vocabulary_size
+from lm_tuner.tuner.run.machine import this_machine
+from lm_tuner.tuner.run.study_data import DatasetUnavailable, corpus_size, data_warnings, vocabulary_size
 from lm_tuner.tuner.spec import SpecIssue, StudySpec
 from lm_tuner.tuner.spec.cost import with_counted_cost
 from lm_tuner.tuner.spec.estimate import known_corpus_size

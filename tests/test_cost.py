@@ -17,7 +17,8 @@ from lm_tuner.models.flops import forward_flops_per_token, training_flops_per_to
 from lm_tuner.tuner.cli.app import app as TUNER
 from lm_tuner.tuner.cli.running import _print_warnings
 from lm_tuner.tuner.run import probe
-from lm_tuner.tuner.run.probe import cpu_kind, study_plan
+from lm_tuner.tuner.run.machine import cpu_kind
+from lm_tuner.tuner.run.probe import study_plan
 from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.spec.cost import DAY_SECONDS, counted_speed, later_stages, study_cost, with_counted_cost
 from lm_tuner.tuner.spec.estimate import CorpusSize, Machine, known_corpus_size

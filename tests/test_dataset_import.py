@@ -22,7 +22,7 @@ from lm_tuner.trainers.offline_copy import import_dataset
 from lm_tuner.trainers.registry import REGISTRY, RegisteredDataset, how_to_get, is_fetched
 from lm_tuner.tuner.cli.app import app
 from lm_tuner.tuner.run.controller import StudyRefused, prepared_corpus
-from lm_tuner.tuner.run.probe import DatasetUnavailable, vocabulary_size
+from lm_tuner.tuner.run.study_data import DatasetUnavailable, vocabulary_size
 from lm_tuner.tuner.spec import StudySpec
 from tests.conftest import TINY_SPEC
 

@@ -41,7 +41,8 @@ def plan(
     first, as a launch would). Exit status: 0 planned (with or without warnings), 2 the spec or its dataset cannot
     be read.
     """
-    from lm_tuner.tuner.run.probe import DatasetUnavailable, study_plan
+    from lm_tuner.tuner.run.probe import study_plan
+    from lm_tuner.tuner.run.study_data import DatasetUnavailable
     from lm_tuner.tuner.spec import SpecError
     from lm_tuner.tuner.spec.shipped import UnknownSpace, resolve_space
 

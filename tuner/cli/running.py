@@ -96,7 +96,8 @@ def _print_warnings(spec: "StudySpec", vocab_size: int, display: "ProgressDispla
     warnings (working them out takes about 1.5 s: the launch does it while Ray starts, before the first trial)."""
     from lm_tuner.tuner.cli.budget_report import budget_line
     from lm_tuner.tuner.run.budgeting import stored_budget_plan
-    from lm_tuner.tuner.run.probe import corpus_size, data_warnings, this_machine
+    from lm_tuner.tuner.run.machine import this_machine
+    from lm_tuner.tuner.run.study_data import corpus_size, data_warnings
     from lm_tuner.tuner.spec.cost import with_counted_cost
     from lm_tuner.tuner.spec.plan import plan_study
 

@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from lm_tuner.tuner.run.probe import PROBE_SECONDS, corpus_size, study_plan, this_machine
+from lm_tuner.tuner.run.machine import this_machine
+from lm_tuner.tuner.run.probe import PROBE_SECONDS, study_plan
+from lm_tuner.tuner.run.study_data import corpus_size
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.budget_plan import family_speeds, plan_budget
 from lm_tuner.tuner.spec.cost import counted_speed

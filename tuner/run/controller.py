@@ -22,7 +22,7 @@ from sqlalchemy import exists, select
 from lm_tuner.trainers import Corpus, artifact_store, load_corpus, unigram_perplexity
 from lm_tuner.trainers.datasets import unreadable_data
 from lm_tuner.tuner.run.budgeting import fixed_budget_plan, measured_budget_plan, stored_budget_plan
-from lm_tuner.tuner.run.probe import this_machine
+from lm_tuner.tuner.run.machine import this_machine
 from lm_tuner.tuner.run.processes import signal_handlers_kept
 from lm_tuner.tuner.run.ray_quiet import quiet_ray
 from lm_tuner.tuner.run.stages import run_full_validations, run_reruns, run_stage_two, run_test_protocols

@@ -9,33 +9,29 @@ vocabulary size; only the corpus's sizes matter, read from the configuration whe
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from lm_tuner.models.cuda_graphs import captured_graphs
-from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary, load_corpus
-from lm_tuner.trainers.corpus_stats import out_of_vocabulary_warnings
-from lm_tuner.trainers.datasets import RegisteredDatasetConfig, known_vocabulary_size, unreadable_data
+from lm_tuner.trainers import Corpus, ReverseCopyConfig, Schedule, Vocabulary
 from lm_tuner.trainers.evaluation import streams_cross_entropy
-from lm_tuner.trainers.registry import how_to_get, is_fetched, registered
 from lm_tuner.trainers.temperature import search_windows, searched_streams_cross_entropy
 from lm_tuner.trainers.training_run import TrainingRun
 from lm_tuner.trainers.validation_cut import validation_cut
+from lm_tuner.tuner.run.machine import this_machine
+from lm_tuner.tuner.run.study_data import corpus_size, data_notes, data_warnings
 from lm_tuner.tuner.spec import StudySpec
 from lm_tuner.tuner.spec.cost import PROBED, Speed, probe_can_run, with_cost, with_counted_cost
 from lm_tuner.tuner.spec.estimate import (
     CorpusSize,
     Machine,
     ProbeTiming,
-    known_corpus_size,
     validation_tokens_per_turn,
     with_estimates,
 )
@@ -52,14 +48,6 @@ WARM_UP_LIMIT = 60.0  # seconds a GPU probe waits, at most, for a model's first 
 _PROBING = threading.Lock()
 
 
-class DatasetUnavailable(ValueError):
-    """The study's data cannot be read (`problem`, for the dataset field); the message names the field once."""
-
-    def __init__(self, error: Exception) -> None:
-        self.problem = str(error.args[0] if error.args else error)
-        super().__init__(unreadable_data(error))
-
-
 def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
                probing: Callable[[], None] | None = None,
                probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
@@ -68,8 +56,9 @@ def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
     `probed` is told each family's timing and the seconds its probe took, as it is done); else the cost from a FLOP
     count. Raises DatasetUnavailable where the corpus's sizes need the data."""
     size = corpus_size(spec)
-    planned = _with_data_warnings(spec, plan_study(spec, size.vocab_size))
-    planned = planned.model_copy(update={"notes": [*planned.notes, *data_notes(spec)]})
+    planned = plan_study(spec, size.vocab_size)
+    planned = planned.model_copy(update={"warnings": [*planned.warnings, *data_warnings(spec)],
+                                         "notes": [*planned.notes, *data_notes(spec)]})
     machine = this_machine()
     cannot_probe = probe_can_run(spec, machine) if probe else None
     if not probe or cannot_probe is not None:
@@ -78,66 +67,6 @@ def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
     if probing is not None:
         probing()
     return probe_study(spec, planned, size, seconds, probed, machine)
-
-
-def data_warnings(spec: StudySpec) -> list[str]:
-    """What the data itself is warned about, where it is read from files whose vocabulary the spec does not fix: most
-    of valid or test out of the vocabulary. Reads the corpus (cached): call it once the vocabulary size was read."""
-    if known_vocabulary_size(spec.dataset) is not None:
-        return []
-    return out_of_vocabulary_warnings(load_corpus(spec.dataset))
-
-
-def data_notes(spec: StudySpec) -> list[str]:
-    """How to get a registered dataset that is planned without its data (its sizes are known) and not downloaded."""
-    dataset = spec.dataset
-    if not isinstance(dataset, RegisteredDatasetConfig) or is_fetched(registered(dataset.name)):
-        return []
-    return [f"dataset {dataset.name!r} is not downloaded here (a launch downloads it first): "
-            f"{how_to_get(registered(dataset.name))}"]
-
-
-def _with_data_warnings(spec: StudySpec, planned: StudyPlan) -> StudyPlan:
-    return planned.model_copy(update={"warnings": [*planned.warnings, *data_warnings(spec)]})
-
-
-def vocabulary_size(spec: StudySpec) -> int:
-    """The vocabulary size the dataset section fixes, else that of the corpus read (fetched, as a launch would)."""
-    known = known_vocabulary_size(spec.dataset)
-    return known if known is not None else _loaded(spec).vocab_size
-
-
-def corpus_size(spec: StudySpec) -> CorpusSize:
-    """The vocabulary and split sizes the dataset section fixes (generated corpora), else those of the corpus."""
-    return known_corpus_size(spec.dataset) or _loaded(spec)
-
-
-def _loaded(spec: StudySpec) -> CorpusSize:
-    try:
-        corpus = load_corpus(spec.dataset)
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise DatasetUnavailable(error) from error
-    return CorpusSize(vocab_size=len(corpus.vocabulary), train_tokens=corpus.train.numel(),
-                      valid_tokens=corpus.valid.numel(), test_tokens=corpus.test.numel())
-
-
-def this_machine() -> Machine:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    gpus = torch.cuda.device_count()
-    return Machine(cpus=cpus, gpus=gpus, cpu_kind=cpu_kind(), gpu_name=torch.cuda.get_device_name(0) if gpus else None)
-
-
-def cpu_kind(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """The CPU's family/model/stepping, as benchmarks/cell_throughput.py records it; None where the system does not
-    tell (no /proc/cpuinfo)."""
-    try:
-        first = cpuinfo.read_text().split("\n\n")[0]
-    except OSError:
-        return None
-    fields = dict(line.partition(":")[::2] for line in first.splitlines())
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    parts = [fields.get(key) for key in ("cpu family", "model", "stepping")]
-    return "/".join(parts) if all(parts) else None
 
 
 def probe_study(spec: StudySpec, plan: StudyPlan, size: CorpusSize, seconds: float = PROBE_SECONDS,
