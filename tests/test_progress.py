@@ -21,7 +21,7 @@ from lm_tuner.tuner.spec import parse_spec
 from lm_tuner.tuner.store.documents import StudyOut
 from lm_tuner.tuner.store.engine import ensure_schema, optuna_storage, sessions
 from lm_tuner.tuner.store.optuna_names import optuna_study_name
-from lm_tuner.tuner.store.progress import StageTally, estimated_seconds_left, planned_stages
+from lm_tuner.tuner.store.progress import StageTally, budgeted_seconds_left, estimated_seconds_left, planned_stages
 from lm_tuner.tuner.store.schema import StudyRecord, TrialRecord, utcnow
 from lm_tuner.tuner.store.studies import get_study, list_studies
 from tests.conftest import TINY_SPEC
@@ -223,3 +223,37 @@ def test_the_printer_counts_what_this_run_does_and_labels_each_stage(storage_url
     assert "tuning 3/3, reruns 2/2" in lines[6] and "ETA -" in lines[6]
     counts = [tuple(map(int, found)) for line in lines for found in re.findall(r"(\d+)/(\d+)", line)]
     assert counts and all(done <= planned for done, planned in counts)
+
+
+def budget_plan(families: dict[str, list[tuple[int, int]]], parallel_trials: int = 2) -> dict:
+    """A stored plan's fields the ETA reads: per family, its rungs as (configurations, tokens trained to)."""
+    return {"parallel_trials": parallel_trials,
+            "families": [{"family": family, "rungs": [{"configurations": c, "tokens": t} for c, t in rungs]}
+                         for family, rungs in families.items()]}
+
+
+def test_a_budgeted_study_s_eta_is_the_tokens_its_rungs_lack_at_each_family_s_pace():
+    plan = budget_plan({"lstm": [(3, 100), (1, 300)], "mogrifier": [(3, 100), (1, 300)]})  # 500 tokens each
+    # lstm 250 of 500 at 0.2 s a token, mogrifier 100 of 500 at 0.4 s: 50 s + 160 s over 2 slots
+    assert budgeted_seconds_left(plan, {"lstm": (250, 50.0), "mogrifier": (100, 40.0)}) == pytest.approx(105)
+    # a family yet to report goes at the others' pace; one done adds nothing
+    assert budgeted_seconds_left(plan, {"lstm": (500, 100.0)}) == pytest.approx(500 * 0.2 / 2)
+    assert budgeted_seconds_left(plan, {}) is None and budgeted_seconds_left(plan, {"lstm": (0, 0.0)}) is None
+
+
+def test_a_budgeted_study_s_eta_comes_from_its_plan_not_its_configurations_mean(storage_url):
+    """Three configurations trained to the first rung (100 tokens, 10 s each), one promoted to 300 tokens: the
+    configurations' mean duration says nothing of the longer top rung, the tokens do."""
+    training = {name: value for name, value in TINY_SPEC["training"].items() if name != "turns"}  # rungs decide
+    add_study(storage_url, "budgeted", compute_budget={"wall_minutes": 10}, training=training,
+              tuning={"concurrency": 1})
+    plan = budget_plan({"lstm": [(3, 100), (1, 300)]}, parallel_trials=1)
+    with sessions(storage_url).begin() as session:
+        session.scalar(select(StudyRecord).where(StudyRecord.name == "budgeted")).plan = plan
+    trained = [add_trial(storage_url, "budgeted", "tune", state) for state in ("PRUNED", "PRUNED", "RUNNING")]
+    with sessions(storage_url).begin() as session:
+        for trial_id in trained:
+            record = session.get(TrialRecord, trial_id)
+            record.tokens, record.wall_seconds = 100, 10.0
+    study = StudyOut.of(get_study(storage_url, "budgeted"))
+    assert study.current_stage == "tune" and study.eta_seconds == pytest.approx(200 * 0.1)

@@ -136,3 +136,24 @@ def estimated_seconds_left(mean_duration: float | None, running_elapsed: Sequenc
     rounds, extra = divmod(remaining, concurrency)
     return max(free + (rounds + 1 if index < extra else rounds) * mean_duration
                for index, free in enumerate(slots[-concurrency:]))
+
+
+def budgeted_seconds_left(plan: Mapping[str, Any], trained: Mapping[str, tuple[float, float]]) -> float | None:
+    """Time until a compute-budgeted study's tuning ends, from its stored plan (tuner.spec.plan.BudgetPlan) and
+    `trained`, each family's tuning tokens so far and the wall-clock seconds its trials took for them: the tokens
+    its rungs still lack at the family's own seconds per token (a family yet to report takes the others' mean),
+    shared by the plan's trial slots. Its configurations differ in length by rung, so their mean duration would
+    say little. None until a trial has reported."""
+    rates = {family: seconds / tokens for family, (tokens, seconds) in trained.items() if tokens > 0}
+    if not rates:
+        return None
+    mean_rate = sum(rates.values()) / len(rates)
+    left = 0.0
+    for family in plan["families"]:
+        rungs = family["rungs"]
+        planned = sum(rung["configurations"] * (rung["tokens"] - (rungs[k - 1]["tokens"] if k else 0))
+                      for k, rung in enumerate(rungs))
+        done = trained.get(family["family"], (0.0, 0.0))[0]
+        left += max(planned - done, 0.0) * rates.get(family["family"], mean_rate)
+    return left / max(plan["parallel_trials"], 1)
+

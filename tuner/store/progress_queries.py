@@ -1,5 +1,6 @@
 """A study's progress per stage, counted in SQL: settled and running trials against the plan, and the ETA of the
-current stage from its finished trials' mean duration."""
+current stage from its finished trials' mean duration (a compute-budgeted study's tuning: from the tokens its rungs
+still lack)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from lm_tuner.tuner.store.progress import (
     StageProgress,
     StageTally,
     StudyProgress,
+    budgeted_seconds_left,
     estimated_seconds_left,
     planned_stages,
 )
 from lm_tuner.tuner.store.schema import (
     BEYOND_TUNING,
+    StudyRecord,
     TrialRecord,
 )
 from lm_tuner.tuner.store.views import SETTLED_STATES
@@ -54,6 +57,12 @@ def read_progress(connection, rows) -> dict[str, StudyProgress]:
 
 def _stage_eta(connection, row, stage: StageProgress) -> float | None:
     values = {"name": row.name, "stage": stage.stage}
+    if stage.stage == "tune" and row.spec.get("compute_budget"):
+        plan = connection.scalar(_plan_query(), values)
+        if plan is not None:  # stored when the study first ran
+            trained = {found.family: (float(found.tokens), float(found.seconds))
+                       for found in connection.execute(_trained_query(), values)}
+            return budgeted_seconds_left(plan, trained)
     mean = connection.scalar(_mean_duration_query(connection.dialect.name), values)
     now = datetime.now()  # naive local time, as Optuna writes its timestamps
     running_elapsed = [(now - start).total_seconds() for start in connection.scalars(_running_starts_query(), values)]
@@ -102,6 +111,21 @@ def _mean_duration_query(dialect: str) -> Select:
     return (select(func.avg(seconds)).join_from(TrialRecord, _trials, _trials.c.trial_id == TrialRecord.trial_id)
             .where(TrialRecord.study_name == bindparam("name"), TrialRecord.stage == bindparam("stage"),
                    TrialRecord.state.in_(SETTLED_STATES), TrialRecord.interrupted.is_(False)))
+
+
+@cache
+def _plan_query() -> Select:
+    return select(StudyRecord.plan).where(StudyRecord.name == bindparam("name"))
+
+
+@cache
+def _trained_query() -> Select:
+    """Per family, the training tokens a stage's trials have reported and the wall-clock seconds they took."""
+    return (select(TrialRecord.family, func.sum(TrialRecord.tokens).label("tokens"),
+                   func.sum(TrialRecord.wall_seconds).label("seconds"))
+            .where(TrialRecord.study_name == bindparam("name"), TrialRecord.stage == bindparam("stage"),
+                   TrialRecord.tokens.is_not(None), TrialRecord.wall_seconds.is_not(None))
+            .group_by(TrialRecord.family))
 
 
 @cache
