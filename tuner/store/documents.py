@@ -75,8 +75,10 @@ class StageProgressOut(BaseModel):
     running: int
     fraction: float = Field(description="settled / planned, 0 to 1")
     eta_seconds: float | None = Field(description="time the stage's remaining trials need at its finished "
-                                                  "trials' mean duration, run `concurrency` at a time; "
-                                                  "only for the current stage of a running study")
+                                                  "trials' mean duration, run `concurrency` at a time (a "
+                                                  "compute-budgeted study's tuning: the tokens its rungs still "
+                                                  "lack, at each family's pace so far); only for the current "
+                                                  "stage of a running study")
 
     @classmethod
     def of(cls, stage: StageProgress) -> StageProgressOut:
