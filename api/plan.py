@@ -13,6 +13,7 @@ from lm_tuner.api.data_access import DataAccess, DataAccessDep
 from lm_tuner.api.deps import Unauthorized, Writer
 from lm_tuner.api.schemas import SpecErrorsOut
 from lm_tuner.api.submission import SPEC_BODY, SPEC_RESPONSES, parsed_spec, read_spec, spec_errors
+from lm_tuner.api.submission_checks import server_machine
 from lm_tuner.tuner.run.probe import study_plan
 from lm_tuner.tuner.run.study_data import DatasetUnavailable
 from lm_tuner.tuner.spec import SpecError, SpecIssue
@@ -68,6 +69,6 @@ def _plan(body: bytes, probe: bool, access: DataAccess) -> StudyPlan:
     spec, _ = parsed_spec(body, SOURCE)
     access.check(spec)
     try:
-        return study_plan(spec, probe=probe)
+        return study_plan(spec, probe=probe, machine=server_machine())
     except DatasetUnavailable as error:
         raise SpecError([SpecIssue("dataset", error.problem)], SOURCE) from error

@@ -15,7 +15,7 @@ from lm_tuner.tuner.run.machine import this_machine
 from lm_tuner.tuner.run.study_data import DatasetUnavailable, corpus_size, data_warnings, vocabulary_size
 from lm_tuner.tuner.spec import SpecIssue, StudySpec
 from lm_tuner.tuner.spec.cost import with_counted_cost
-from lm_tuner.tuner.spec.estimate import known_corpus_size
+from lm_tuner.tuner.spec.estimate import Machine, known_corpus_size
 from lm_tuner.tuner.spec.feasibility import budget_issues, submission_issues, task_issues
 from lm_tuner.tuner.spec.plan import StudyCost, plan_study, study_warnings
 
@@ -46,7 +46,12 @@ def submission_cost(spec: StudySpec) -> StudyCost | None:
     if size is None and _undownloaded_name(spec) is not None:
         return None
     size = size or corpus_size(spec)
-    return with_counted_cost(spec, plan_study(spec, size.vocab_size), size, this_machine()).cost
+    return with_counted_cost(spec, plan_study(spec, size.vocab_size), size, server_machine()).cost
+
+
+def server_machine() -> Machine:
+    """This server's machine, named so in estimates: a client reading "this machine" would take it for its own."""
+    return this_machine().model_copy(update={"called": "the server's machine"})
 
 
 def _undownloaded_name(spec: StudySpec) -> str | None:

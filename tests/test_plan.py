@@ -202,6 +202,7 @@ def test_api_plans_and_returns_warnings_with_submissions(tmp_path):
         assert body["families"][1]["hidden_size"]["min"] < body["families"][1]["hidden_size"]["max"]
         assert body["estimate"] is None and body["families"][0]["estimate"] is None
         assert body["cost"]["source"] == "flop count" and " core-hours: " in body["cost"]["summary"]
+        assert "on the server's machine, " in body["cost"]["summary"]  # not "this machine": the client's, to a client
         probed = client.post("/studies/plan", params={"probe": "true"}, content=json.dumps(TINY_SPEC))
         assert probed.status_code == 200 and probed.json()["estimate"]["study_seconds"] > 0
         assert probed.json()["cost"]["source"] == "probe"
@@ -219,6 +220,7 @@ def test_api_plans_and_returns_warnings_with_submissions(tmp_path):
         assert any("hidden size as small as" in warning for warning in submitted.json()["warnings"])
         cost = submitted.json()["cost"]  # as `tuner launch` prints it
         assert cost["source"] == "flop count" and cost["summary"].startswith("at least ") and not cost["over_a_day"]
+        assert "on the server's machine, " in cost["summary"]
         unreadable = {**TINY_SPEC, "dataset": {"path": str(tmp_path / "absent"), "format": "ptb"}}
         missing = client.post("/studies/plan", content=json.dumps(unreadable))
         assert missing.status_code == 422 and missing.json()["detail"][0]["field"] == "dataset"

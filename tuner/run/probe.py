@@ -50,16 +50,18 @@ _PROBING = threading.Lock()
 
 def study_plan(spec: StudySpec, *, probe: bool, seconds: float = PROBE_SECONDS,
                probing: Callable[[], None] | None = None,
-               probed: Callable[[str, ProbeTiming, float], None] | None = None) -> StudyPlan:
+               probed: Callable[[str, ProbeTiming, float], None] | None = None,
+               machine: Machine | None = None) -> StudyPlan:
     """What `tuner plan` and `POST /studies/plan` answer: the shapes, warnings and cost, with the probe's time
     estimates when `probe` and the probe can run here (`probing` is called as the probe starts, once the data is read;
     `probed` is told each family's timing and the seconds its probe took, as it is done); else the cost from a FLOP
-    count. Raises DatasetUnavailable where the corpus's sizes need the data."""
+    count. `machine` is the one the cost is for, this one unless given. Raises DatasetUnavailable where the corpus's
+    sizes need the data."""
     size = corpus_size(spec)
     planned = plan_study(spec, size.vocab_size)
     planned = planned.model_copy(update={"warnings": [*planned.warnings, *data_warnings(spec)],
                                          "notes": [*planned.notes, *data_notes(spec)]})
-    machine = this_machine()
+    machine = machine or this_machine()
     cannot_probe = probe_can_run(spec, machine) if probe else None
     if not probe or cannot_probe is not None:
         return with_counted_cost(spec, planned, size, machine,

@@ -69,7 +69,7 @@ def study_device(spec: StudySpec) -> Device:
 def probe_can_run(spec: StudySpec, machine: Machine) -> str | None:
     """Why the probe cannot measure this study here (it asks for a GPU this machine lacks); None where it can."""
     if study_device(spec) == "gpu" and machine.gpus == 0:
-        return "the study asks for a GPU and this machine has none"
+        return f"the study asks for a GPU and {machine.called} has none"
     return None
 
 
@@ -183,7 +183,7 @@ def study_cost(spec: StudySpec, plan: StudyPlan, size: CorpusSize, machine: Mach
         stages={stage: stage_seconds * per_trial / 3600 for stage, stage_seconds in seconds.items()},
         flops=flops, training_tokens=round(training_tokens), parallel_trials=slots, wall_seconds=wall,
         on_this_machine=lacking is None, over_a_day=wall > DAY_SECONDS, summary="", not_included=_not_included(spec))
-    return cost.model_copy(update={"summary": cost_line(cost, speed.said, lacking)})
+    return cost.model_copy(update={"summary": cost_line(cost, speed.said, lacking, machine.called)})
 
 
 BUDGETED = ("tuning", "reruns")
@@ -212,10 +212,10 @@ def _lacking(spec: StudySpec, machine: Machine) -> str | None:
     """What this machine lacks to run a trial at all (the GPU, or the cores, one asks for); None if nothing."""
     resources = spec.resources
     if resources.gpus_per_trial > machine.gpus:
-        return "this machine has no GPU" if machine.gpus == 0 else \
-            f"a trial asks for {resources.gpus_per_trial:g} GPUs, this machine has {machine.gpus}"
+        return f"{machine.called} has no GPU" if machine.gpus == 0 else \
+            f"a trial asks for {resources.gpus_per_trial:g} GPUs, {machine.called} has {machine.gpus}"
     if resources.cpus_per_trial > machine.cpus:
-        return f"a trial asks for {resources.cpus_per_trial:g} cores, this machine has {machine.cpus}"
+        return f"a trial asks for {resources.cpus_per_trial:g} cores, {machine.called} has {machine.cpus}"
     return None
 
 
@@ -250,12 +250,12 @@ def _not_included(spec: StudySpec) -> list[str]:
     return left_out
 
 
-def cost_line(cost: StudyCost, said: str, lacking: str | None) -> str:
-    """The cost in one line: device-hours, the duration with the trials in parallel (here, or where this machine
+def cost_line(cost: StudyCost, said: str, lacking: str | None, machine: str) -> str:
+    """The cost in one line: device-hours, the duration with the trials in parallel (on `machine`, or where it
     cannot run a trial, on machines of the kind measured), more than a day or not, and the source."""
     how_much = "at least" if cost.lower_bound else "about"
     trials = f"{cost.parallel_trials} trial{'s' if cost.parallel_trials > 1 else ''} at a time"
-    where = f"on this machine, {trials}" if lacking is None else \
+    where = f"on {machine}, {trials}" if lacking is None else \
         f"with {trials} on machines of the kind measured ({lacking})"
     long = f", more than {DAY_SECONDS / 3600:.0f} hours" if cost.over_a_day else ""
     return (f"{how_much} {_amount(cost.device_hours)} {cost.unit}: {duration(cost.wall_seconds)} {where}{long} "

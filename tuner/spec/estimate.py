@@ -43,6 +43,8 @@ class Machine(BaseModel):
     gpus: int
     cpu_kind: str | None = Field(None, description="the CPU's family/model/stepping, as benchmarks record it")
     gpu_name: str | None = Field(None, description="the first GPU's name")
+    called: str = Field("this machine", description="how estimates name it: this machine where a command runs, the "
+                                                    "server's machine in answers over REST")
 
 
 def known_corpus_size(dataset: DatasetConfig) -> CorpusSize | None:
