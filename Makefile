@@ -40,6 +40,10 @@ demo: setup
 	$(BIN)/tuner launch --space spaces/quickstart.yaml
 	@echo "Browse it: $(BIN)/tuner serve   (then open http://127.0.0.1:8000/dashboard)"
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist); the tests marked serial time something against another
+# measurement, so they run afterwards, alone.
+TEST_WORKERS ?= 2
 test: setup debian-tools
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not serial"
+	$(BIN)/python -m pytest -m serial

@@ -15,10 +15,15 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 # subprocesses, and again for each test by `private_home`.
 os.environ["LM_TUNER_HOME"] = tempfile.mkdtemp(prefix="lm-tuner-home-")
 
+# rich fixes a console's width for good when it is made with COLUMNS set, so the CLI's consoles are made here,
+# without it: every test's own COLUMNS (CliRunner's env) then counts, whichever test imports the CLI first.
+os.environ.pop("COLUMNS", None)
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
+
+import lm_tuner.tuner.cli.common  # noqa: E402, F401
 
 POSTGRES_SERVER = os.environ.get("LMT_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

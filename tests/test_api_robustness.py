@@ -479,6 +479,7 @@ def served(storage_url, tmp_path) -> Iterator[tuple[str, str]]:
         yield base_url, storage_url
 
 
+@pytest.mark.serial
 def test_malformed_requests_get_a_4xx_in_under_a_second_while_health_answers(served):
     base_url, url = served
     probes = corpus()

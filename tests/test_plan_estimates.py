@@ -32,6 +32,7 @@ SEARCHED_SUBSET = {
 }
 
 
+@pytest.mark.serial
 def test_the_evaluation_estimate_is_within_a_factor_of_a_real_trial_s(one_torch_thread):
     spec = parse_spec(SEARCHED_SUBSET)
     assert spec.training.search_temperature  # the default: every turn searches
