@@ -151,6 +151,8 @@ def budgeted_seconds_left(plan: Mapping[str, Any], trained: Mapping[str, tuple[f
     left = 0.0
     for family in plan["families"]:
         rungs = family["rungs"]
+        # tuner.spec.budget_plan.family_steps in tokens; importing that module would load the heavy modules into
+        # the reading commands (tests/test_import_layers.py)
         planned = sum(rung["configurations"] * (rung["tokens"] - (rungs[k - 1]["tokens"] if k else 0))
                       for k, rung in enumerate(rungs))
         done = trained.get(family["family"], (0.0, 0.0))[0]
